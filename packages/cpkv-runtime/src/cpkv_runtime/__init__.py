@@ -1,0 +1,57 @@
+"""Per-request context-parallel shared-KV runtime for DSA prefill, in PyTorch (reference semantics).
+
+Everything is keyed by ``(request, page)``, never by page value alone, so a batch whose requests
+share physical prefix pages stays correct at batch size > 1. Triton and CUDA backends plug in
+through the entry-point group ``cpkv_runtime.backends``.
+
+Environment variables:
+
+- ``CPKV_BACKEND``: ``auto`` (default, ``cuda > triton > torch`` by availability) | ``torch`` |
+  ``triton`` | ``cuda``; every op's ``backend=`` overrides it per call.
+- ``CPKV_DEBUG``: ``1`` re-checks invariants 1–2 after every op; unset (off) by default.
+- ``CPKV_EXTRA_BACKENDS``: ``module:callable,...`` backend factories to load besides the installed
+  entry points (for ``PYTHONPATH`` checkouts); unset by default.
+"""
+
+from ._backend import OP_NAMES, PRIORITY, Backend
+from ._cp import CPSplit, cp_split, gather_order, localize
+from ._dispatch import available_backends, register_backend
+from ._invariants import check_invariants
+from ._layout import Layout, current_tokens, plan_layout
+from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
+from .errors import BackendWarning, BuildError, CpkvError, InvariantError, LayoutError
+
+__version__ = "0.1.0"
+
+# Grouped by topic (house style), not alphabetically.
+__all__ = [  # noqa: RUF022
+    # Layout
+    "Layout",
+    "plan_layout",
+    "current_tokens",
+    # Ops
+    "materialize",
+    "fill_current",
+    "remap_locs",
+    "remap_positions",
+    "current_page_mask",
+    # Context parallelism
+    "CPSplit",
+    "cp_split",
+    "gather_order",
+    "localize",
+    # Checks
+    "check_invariants",
+    # Backends
+    "Backend",
+    "OP_NAMES",
+    "PRIORITY",
+    "available_backends",
+    "register_backend",
+    # Errors
+    "CpkvError",
+    "LayoutError",
+    "InvariantError",
+    "BuildError",
+    "BackendWarning",
+]

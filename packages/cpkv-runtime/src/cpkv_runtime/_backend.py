@@ -1,0 +1,82 @@
+"""The backend contract: the tensor-level ops every backend (torch, triton, cuda) implements.
+
+`cpkv_runtime` owns the torch definitions and a registry; `cpkv_kernels` registers its Triton and
+CUDA implementations through the entry-point group ``cpkv_runtime.backends``. Each entry point is a
+zero-argument callable returning a :class:`Backend`. The runtime never imports the kernels by name.
+
+Op signatures (all index tensors int32 unless stated, ``-1`` = absent; ``P`` = page size; rows are
+opaque: ``kv_pool`` and ``dense`` may have any dtype and any trailing shape ``*row``). Inputs arrive
+validated. The runtime hands a non-torch backend only tensors whose dims after the first are
+contiguous (each page of ``kv_pool``/``dense``, each row of ``current_kv``, one block; the first
+dim may have any stride); other layouts run on torch.
+
+``build_inverse(slot_table, req_pages, num_pages) -> inverse``
+    slot_table: (B, M) slot of request b's j-th page, -1 past its pages.
+    req_pages:  (B, M) pool page of request b's j-th page, -1 past its pages.
+    returns inverse: (B, num_pages), ``inverse[b, req_pages[b, j]] = slot_table[b, j]``, else -1.
+
+``materialize(kv_pool, slot_page, out=None) -> dense``
+    kv_pool: (num_pages, P, *row) read-only. slot_page: (S,) source pool page of each slot.
+    returns dense: (S, P, *row), ``dense[s] = kv_pool[slot_page[s]]`` (into ``out`` if given).
+
+``fill_current(dense, current_kv, token_req, out_cache_loc, inverse, page_size) -> None``
+    dense: (S, P, *row) written in place. current_kv: (T, *row) read-only.
+    token_req: (T,) request of each token (any value, even out of range, on padding rows).
+    out_cache_loc: (T,) int32/int64 pool location (page * P + offset), -1 = padding row (skipped).
+    ``dense[inverse[token_req[t], loc // P], loc % P] = current_kv[t]``.
+
+``remap_locs(locs, req_id, inverse, page_size, out=None) -> dense_locs``
+    locs: (N,) or (N, K) int32/int64 pool locations, -1 = absent. req_id: (N,) request of each row
+    (-1 on rows whose locs are all -1, e.g. CP padding).
+    returns int32 of locs' shape: ``inverse[req_id[n], loc // P] * P + loc % P``; -1 stays -1 and a
+    page the request does not use maps to -1.
+
+``current_page_mask(req_pages, prefix_lens, extend_lens, page_size) -> mask``
+    req_pages: (B, M); prefix_lens, extend_lens: (B,).
+    returns bool (B, M): True where request b's j-th page holds any of b's current tokens
+    (``extend_lens[b] > 0`` and ``prefix_lens[b] // P <= j < ceil((prefix_lens[b] + extend_lens[b])
+    / P)``; the ``extend_lens[b] > 0`` term matters when a prefix ends mid-page and nothing is
+    current).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+OP_NAMES: tuple[str, ...] = (
+    "build_inverse",
+    "materialize",
+    "fill_current",
+    "remap_locs",
+    "current_page_mask",
+)
+
+# Dispatch order when no backend is forced: the first available one that supports the device wins.
+PRIORITY: tuple[str, ...] = ("cuda", "triton", "torch")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of the ops in :data:`OP_NAMES`.
+
+    Attributes:
+        name: ``"torch"``, ``"triton"`` or ``"cuda"``.
+        ops: op name -> callable with the signature documented in this module. A backend may
+            implement a subset; missing ops fall through to the next backend in priority order.
+        available: False when the backend cannot run here (``reason`` says why).
+        reason: why it is unavailable, shown once in a warning when it was asked for.
+        devices: device types it runs on (``{"cuda"}``; Triton under ``TRITON_INTERPRET=1``
+            adds ``"cpu"``).
+    """
+
+    name: str
+    ops: dict[str, Callable[..., object]] = field(default_factory=dict)
+    available: bool = True
+    reason: str = ""
+    devices: frozenset[str] = frozenset({"cuda"})
+
+    def supports(self, op: str, device: torch.device) -> bool:
+        return self.available and op in self.ops and device.type in self.devices

@@ -1,0 +1,257 @@
+"""The dense layout: one slot per (request, page), deduplicated where it is safe.
+
+Keying by ``(request, page)`` instead of by page value is the fix for the cross-request KV bug
+(DESIGN §1): a value-keyed inverse ``inverse[page] = slot`` is last-writer-wins, so at batch size
+> 1 one request can be remapped into another's slot and read its current KV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import as_index, check_count, first_true, same_device, snippet
+from ._dispatch import dispatch
+from ._torch_ops import current_page_mask as current_page_mask_torch
+from .errors import LayoutError
+
+__all__ = ["Layout", "current_tokens", "plan_layout"]
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where every ``(request, page)`` of a batch lives in the dense buffer.
+
+    All tensors are int32 on the device of ``req_pages``; -1 = absent. ``B`` requests, ``M`` =
+    ``req_pages.shape[1]``, ``S`` = ``num_slots``.
+
+    Attributes:
+        page_size: ``P``, tokens per page.
+        num_pages: pool size; pool pages are ``0 .. num_pages - 1``.
+        dedup: whether read-only pairs naming one page share a slot.
+        req_pages: (B, M) request b's j-th pool page, -1 at ``j >= pages_used[b]`` (whatever the
+            input held there).
+        prefix_lens, extend_lens, seq_lens: (B,) tokens in the pool / current / both.
+        pages_used: (B,) ``ceil(seq_lens / P)``.
+        slot_table: (B, M) slot of request b's j-th page, -1 at ``j >= pages_used[b]``.
+        slot_page: (S,) the source pool page of each slot.
+        slot_owner: (S,) the request that writes the slot, -1 for a read-only slot.
+        inverse: (B, num_pages) ``inverse[b, page]`` = b's slot for that page, -1 if b does not
+            use it. Dense location of request b's pool location ``loc``:
+            ``inverse[b, loc // P] * P + loc % P``.
+        num_tokens: ``T = sum(extend_lens)``, the current tokens of the batch.
+    """
+
+    page_size: int
+    num_pages: int
+    dedup: bool
+    req_pages: torch.Tensor
+    prefix_lens: torch.Tensor
+    extend_lens: torch.Tensor
+    seq_lens: torch.Tensor
+    pages_used: torch.Tensor
+    slot_table: torch.Tensor
+    slot_page: torch.Tensor
+    slot_owner: torch.Tensor
+    inverse: torch.Tensor
+    num_tokens: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.req_pages.shape[0]
+
+    @property
+    def max_pages(self) -> int:
+        return self.req_pages.shape[1]
+
+    @property
+    def num_slots(self) -> int:
+        return self.slot_page.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.req_pages.device
+
+    def materialize_bytes(self, row_bytes: int) -> int:
+        """Bytes :func:`materialize` writes (and reads): ``num_slots * P * row_bytes``."""
+        return self.num_slots * self.page_size * int(row_bytes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Layout(B={self.batch_size}, max_pages={self.max_pages}, num_slots={self.num_slots}, "
+            f"page_size={self.page_size}, num_pages={self.num_pages}, dedup={self.dedup}, "
+            f"num_tokens={self.num_tokens}, device={self.device})"
+        )
+
+
+def _validate(
+    req_pages: torch.Tensor,
+    prefix: torch.Tensor,
+    extend: torch.Tensor,
+    page_size: int,
+    num_pages: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All of plan_layout's input checks; returns (pages_used, used mask)."""
+    bsz, max_pages = req_pages.shape
+    for name, lens in (("prefix_lens", prefix), ("extend_lens", extend)):
+        if lens.shape[0] != bsz:
+            raise LayoutError(
+                f"{name} has {lens.shape[0]} entries but req_pages has {bsz} rows (requests); "
+                f"fix: pass one length per request"
+            )
+        bad = first_true(lens < 0)
+        if bad is not None:
+            raise LayoutError(f"{name}[{bad[0]}] = {int(lens[bad])} is negative")
+    seq = prefix.long() + extend.long()
+    pages_used = torch.div(seq + page_size - 1, page_size, rounding_mode="floor")
+    bad = first_true(pages_used > max_pages)
+    if bad is not None:
+        b = bad[0]
+        raise LayoutError(
+            f"request {b} has seq_len {int(seq[b])} = prefix {int(prefix[b])} + extend "
+            f"{int(extend[b])}, which needs ceil({int(seq[b])}/{page_size}) = "
+            f"{int(pages_used[b])} pages, but req_pages has only {max_pages} columns; "
+            f"fix: widen req_pages or check the lengths"
+        )
+    j = torch.arange(max_pages, device=req_pages.device)
+    used = j.unsqueeze(0) < pages_used.unsqueeze(1)
+    bad = first_true(used & ((req_pages < 0) | (req_pages >= num_pages)))
+    if bad is not None:
+        b, jj = bad
+        page = int(req_pages[b, jj])
+        why = "is -1 (absent)" if page == -1 else f"is out of range for a pool of {num_pages} pages"
+        raise LayoutError(
+            f"req_pages[{b}][{jj}] = {page} {why}, but request {b} uses pages j < "
+            f"{int(pages_used[b])} (seq_len {int(seq[b])}, page_size {page_size}); "
+            f"fix: list a valid pool page for every used page"
+        )
+    # Duplicates inside a request: sort the used pages of each row, compare neighbours.
+    keyed = torch.where(used, req_pages.long(), num_pages + j.unsqueeze(0))
+    ordered, perm = torch.sort(keyed, dim=1, stable=True)
+    dup = first_true((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] < num_pages))
+    if dup is not None:
+        b, k = dup
+        j1, j2 = sorted((int(perm[b, k]), int(perm[b, k + 1])))
+        page = int(req_pages[b, j2])
+        row = [int(v) for v in req_pages[b, : j2 + 1].tolist()]
+        shown = snippet(row, j2) if j2 - j1 == 1 else f"[.., {page}, .., {page}]"
+        raise LayoutError(
+            f"req_pages[{b}] lists page {page} twice (j={j1} and j={j2}); a request may use a "
+            f"page once (got pages {shown})"
+        )
+    return pages_used, used
+
+
+def plan_layout(
+    req_pages: torch.Tensor | Sequence[Sequence[int]],
+    prefix_lens: torch.Tensor | Sequence[int],
+    extend_lens: torch.Tensor | Sequence[int],
+    page_size: int,
+    num_pages: int,
+    *,
+    dedup: bool = True,
+    backend: str | None = None,
+) -> Layout:
+    """Give every ``(request, page)`` of a batch a dense slot, and build the per-request inverse.
+
+    A page whose tokens are all history for b is *read-only* for b; a page holding any of b's
+    current tokens is *written* by b. Written pairs always get a private slot owned by b;
+    read-only pairs naming the same pool page share one slot (``dedup=False``: every pair gets its
+    own slot).
+
+    Slot numbering (deterministic, backends reproduce ``inverse`` bitwise): scan the used pairs
+    ``(b, j)`` row-major (b, then j). A pair gets the next new slot number, unless it is read-only,
+    ``dedup`` is on and an earlier read-only pair named the same pool page: then it takes that
+    pair's slot. So slots appear in order of first use; without sharing, request b's pages are
+    one contiguous run of slots.
+
+    Args:
+        req_pages: (B, M) int32/int64 pool pages of each request in order. Request b uses
+            ``j < ceil(seq_lens[b] / P)``; entries past that are ignored (typically -1).
+        prefix_lens: (B,) tokens already in the pool (history).
+        extend_lens: (B,) current tokens (0 allowed).
+        page_size: ``P`` (64 for DSA on CUDA).
+        num_pages: pool size.
+        dedup: share read-only slots across requests.
+        backend: force the backend that builds ``inverse`` (``torch``/``triton``/``cuda``).
+
+    Returns:
+        A frozen :class:`Layout` on ``req_pages``'s device.
+
+    Raises:
+        LayoutError: out-of-range or -1 pages where a request uses them, a page listed twice by
+            one request, lengths that disagree, non-integer indices, mixed devices.
+    """
+    page_size = check_count(page_size, "page_size", 1)
+    num_pages = check_count(num_pages, "num_pages", 1)
+    req_pages = as_index(req_pages, "req_pages", 2)
+    prefix = as_index(prefix_lens, "prefix_lens", 1, req_pages.device)
+    extend = as_index(extend_lens, "extend_lens", 1, req_pages.device)
+    same_device(req_pages=req_pages, prefix_lens=prefix, extend_lens=extend)
+    pages_used, used = _validate(req_pages, prefix, extend, page_size, num_pages)
+
+    bsz, max_pages = req_pages.shape
+    device = req_pages.device
+    pages = torch.where(used, req_pages.long(), -1)
+    written = current_page_mask_torch(pages, prefix, extend, page_size)
+    pair = torch.arange(bsz * max_pages, device=device).view(bsz, max_pages)
+    private = written if dedup else used
+    key = torch.where(private, num_pages + pair, pages)  # read-only key = page -> shared slot
+    flat = torch.nonzero(used.reshape(-1)).squeeze(1)  # used pairs, row-major
+    uniq, inv = torch.unique(key.reshape(-1)[flat], return_inverse=True)
+    first = torch.full((uniq.shape[0],), bsz * max_pages, dtype=torch.long, device=device)
+    first.scatter_reduce_(0, inv, flat, reduce="amin")
+    rank = torch.empty_like(first)
+    rank[torch.argsort(first)] = torch.arange(first.shape[0], device=device)
+    slot = rank[inv]
+
+    slot_table = torch.full((bsz, max_pages), -1, dtype=torch.int32, device=device)
+    slot_table.view(-1)[flat] = slot.to(torch.int32)
+    slot_page = torch.empty(uniq.shape[0], dtype=torch.int32, device=device)
+    slot_page[slot] = pages.reshape(-1)[flat].to(torch.int32)
+    slot_owner = torch.full((uniq.shape[0],), -1, dtype=torch.int32, device=device)
+    owned = written.reshape(-1)[flat]
+    slot_owner[slot[owned]] = torch.div(flat[owned], max_pages, rounding_mode="floor").int()
+
+    req_pages_clean = pages.to(torch.int32)
+    inverse = dispatch("build_inverse", device, backend)(slot_table, req_pages_clean, num_pages)
+    return Layout(
+        page_size=page_size,
+        num_pages=num_pages,
+        dedup=bool(dedup),
+        req_pages=req_pages_clean,
+        prefix_lens=prefix.to(torch.int32),
+        extend_lens=extend.to(torch.int32),
+        seq_lens=(prefix.long() + extend.long()).to(torch.int32),
+        pages_used=pages_used.to(torch.int32),
+        slot_table=slot_table,
+        slot_page=slot_page,
+        slot_owner=slot_owner,
+        inverse=inverse,
+        num_tokens=int(extend.long().sum()),
+    )
+
+
+def current_tokens(layout: Layout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's current tokens, flattened request-major, as the pool addresses them.
+
+    Returns:
+        token_req: (T,) int32 request of each current token.
+        token_pos: (T,) int32 position inside its request (``prefix_lens[b] + i``).
+        out_cache_loc: (T,) int32 pool location ``req_pages[b, pos // P] * P + pos % P``.
+    """
+    device = layout.device
+    extend = layout.extend_lens.long()
+    token_req = torch.repeat_interleave(torch.arange(layout.batch_size, device=device), extend)
+    starts = torch.cumsum(extend, 0) - extend
+    token_pos = layout.prefix_lens.long()[token_req] + (
+        torch.arange(layout.num_tokens, device=device) - starts[token_req]
+    )
+    page_size = layout.page_size
+    page = layout.req_pages.long()[
+        token_req, torch.div(token_pos, page_size, rounding_mode="floor")
+    ]
+    loc = page * page_size + token_pos % page_size
+    return token_req.int(), token_pos.int(), loc.int()

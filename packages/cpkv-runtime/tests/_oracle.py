@@ -1,0 +1,170 @@
+"""Plain-Python oracle for every cpkv_runtime op: lists, dicts and loops, obviously correct.
+
+Slow on purpose; the property tests compare the vectorised ops against it on small batches.
+Rows are tensors here only to hold bytes; no index arithmetic is done in torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+def is_written(prefix: int, extend: int, page_size: int, j: int) -> bool:
+    """Does page index j of a request hold any of its current tokens [prefix, prefix+extend)?"""
+    return any(prefix <= i < prefix + extend for i in range(j * page_size, (j + 1) * page_size))
+
+
+def pages_used(prefix: int, extend: int, page_size: int) -> int:
+    n = 0
+    while n * page_size < prefix + extend:
+        n += 1
+    return n
+
+
+@dataclass
+class OracleLayout:
+    page_size: int
+    num_pages: int
+    slot_table: list[list[int]]
+    slot_page: list[int] = field(default_factory=list)
+    slot_owner: list[int] = field(default_factory=list)
+    inverse: list[dict[int, int]] = field(default_factory=list)  # per request: page -> slot
+    seq_lens: list[int] = field(default_factory=list)
+
+    def inverse_dense(self) -> list[list[int]]:
+        """The (B, num_pages) inverse as nested lists, -1 where absent."""
+        return [[inv.get(p, -1) for p in range(self.num_pages)] for inv in self.inverse]
+
+
+def plan(
+    req_pages: list[list[int]],
+    prefix: list[int],
+    extend: list[int],
+    page_size: int,
+    num_pages: int,
+    dedup: bool = True,
+    written=None,
+) -> OracleLayout:
+    """Row-major scan; new slot unless read-only and an earlier read-only pair had the page.
+
+    ``written(b, j) -> bool`` overrides the request-keyed rule (used to model the legacy mask).
+    """
+    if written is None:
+
+        def written(b: int, j: int) -> bool:
+            return is_written(prefix[b], extend[b], page_size, j)
+
+    width = len(req_pages[0]) if req_pages else 0
+    out = OracleLayout(page_size, num_pages, [[-1] * width for _ in req_pages])
+    shared: dict[int, int] = {}
+    for b, row in enumerate(req_pages):
+        out.inverse.append({})
+        out.seq_lens.append(prefix[b] + extend[b])
+        for j in range(pages_used(prefix[b], extend[b], page_size)):
+            page, w = row[j], written(b, j)
+            if not w and dedup and page in shared:
+                slot = shared[page]
+            else:
+                slot = len(out.slot_page)
+                out.slot_page.append(page)
+                out.slot_owner.append(b if w else -1)
+                if not w and dedup:
+                    shared[page] = slot
+            out.slot_table[b][j] = slot
+            out.inverse[b][page] = slot
+    return out
+
+
+def materialize(kv_pool: torch.Tensor, lay: OracleLayout) -> list[list[torch.Tensor]]:
+    """dense[s][o] = pool row (slot_page[s], o), as a list of lists of row tensors."""
+    return [[kv_pool[p][o].clone() for o in range(lay.page_size)] for p in lay.slot_page]
+
+
+def fill_current(dense, current_kv, token_req, out_cache_loc, lay: OracleLayout) -> None:
+    for t, loc in enumerate(out_cache_loc):
+        if loc == -1:
+            continue
+        slot = lay.inverse[token_req[t]][loc // lay.page_size]
+        dense[slot][loc % lay.page_size] = current_kv[t].clone()
+
+
+def stack(dense: list[list[torch.Tensor]], kv_pool: torch.Tensor) -> torch.Tensor:
+    """The oracle's dense lists as a (S, P, *row) tensor of the pool's dtype."""
+    if not dense:
+        return torch.empty((0, *kv_pool.shape[1:]), dtype=kv_pool.dtype)
+    return torch.stack([torch.stack(page) for page in dense])
+
+
+def remap_locs(locs: list, req_id: list[int], lay: OracleLayout) -> list:
+    def one(b: int, loc: int) -> int:
+        if loc == -1 or b == -1:
+            return -1
+        slot = lay.inverse[b].get(loc // lay.page_size)
+        return -1 if slot is None else slot * lay.page_size + loc % lay.page_size
+
+    return [
+        [one(req_id[n], v) for v in row] if isinstance(row, list) else one(req_id[n], row)
+        for n, row in enumerate(locs)
+    ]
+
+
+def remap_positions(positions: list, req_id: list[int], lay: OracleLayout) -> list:
+    def one(b: int, pos: int) -> int:
+        if pos < 0 or b < 0 or pos >= lay.seq_lens[b]:
+            return -1
+        return lay.slot_table[b][pos // lay.page_size] * lay.page_size + pos % lay.page_size
+
+    return [
+        [one(req_id[n], v) for v in row] if isinstance(row, list) else one(req_id[n], row)
+        for n, row in enumerate(positions)
+    ]
+
+
+def current_page_mask(req_pages, prefix, extend, page_size) -> list[list[bool]]:
+    return [
+        [
+            j < pages_used(prefix[b], extend[b], page_size)
+            and is_written(prefix[b], extend[b], page_size, j)
+            for j in range(len(row))
+        ]
+        for b, row in enumerate(req_pages)
+    ]
+
+
+def current_tokens(req_pages, prefix, extend, page_size):
+    """(token_req, token_pos, out_cache_loc) lists, request-major."""
+    reqs, poss, locs = [], [], []
+    for b in range(len(req_pages)):
+        for i in range(prefix[b], prefix[b] + extend[b]):
+            reqs.append(b)
+            poss.append(i)
+            locs.append(req_pages[b][i // page_size] * page_size + i % page_size)
+    return reqs, poss, locs
+
+
+def truth_row(b, i, req_pages, prefix, page_size, kv_pool, current_kv, token_index):
+    """What request b must read at position i (invariant 1): pool history or its own current KV."""
+    if i < prefix[b]:
+        return kv_pool[req_pages[b][i // page_size]][i % page_size]
+    return current_kv[token_index[(b, i)]]
+
+
+def cp_split(extend: list[int], cp: int, strategy: str) -> list[list[int]]:
+    """Per rank, the global token index of each local row, -1 = padding."""
+    total = sum(extend)
+    if strategy == "interleave":
+        local = -(-total // cp)
+        return [[k * cp + r if k * cp + r < total else -1 for k in range(local)] for r in range(cp)]
+    ranks: list[list[int]] = [[] for _ in range(cp)]
+    start = 0
+    for e in extend:
+        chunk = -(-e // (2 * cp))
+        for r in range(cp):
+            for c in (r, 2 * cp - 1 - r):
+                for k in range(chunk):
+                    pos = c * chunk + k
+                    ranks[r].append(start + pos if pos < e else -1)
+        start += e
+    return ranks

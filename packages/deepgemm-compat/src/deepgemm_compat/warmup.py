@@ -1,0 +1,158 @@
+"""CP-aware DeepGEMM warmup: plan the M grid per GEMM shape, then run it through the facade.
+
+Example (CPU, no DeepGEMM needed)::
+
+    from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "zigzag"))
+    plan.dense_m_max          # 16384 (131072 without CP)
+
+``run_warmup(plan)`` executes it on the current GPU: one call per (shape, M), which makes
+DeepGEMM JIT-compile every kernel config the grid reaches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from deepgemm_compat._glm51 import GLM51, glm51_reduced_shapes, glm51_shapes
+from deepgemm_compat._plan import (
+    CPSetup,
+    CPSplit,
+    GemmShape,
+    KernelType,
+    PlanEntry,
+    WarmupPlan,
+    compress,
+    plan_warmup,
+    sglang_m_list,
+    sglang_m_max,
+)
+
+__all__ = [
+    "GLM51",
+    "CPSetup",
+    "CPSplit",
+    "GemmShape",
+    "KernelType",
+    "PlanEntry",
+    "ShapeRun",
+    "WarmupPlan",
+    "WarmupRun",
+    "compress",
+    "glm51_reduced_shapes",
+    "glm51_shapes",
+    "plan_warmup",
+    "run_warmup",
+    "sglang_m_list",
+    "sglang_m_max",
+]
+
+
+@dataclass
+class ShapeRun:
+    """What ``run_warmup`` did for one shape."""
+
+    name: str
+    kernel: str
+    planned: int
+    executed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class WarmupRun:
+    """Totals of one ``run_warmup``; ``truncated`` when the time budget stopped it."""
+
+    shapes: list[ShapeRun] = field(default_factory=list)
+    seconds: float = 0.0
+    truncated: bool = False
+
+    @property
+    def executed(self) -> int:
+        return sum(s.executed for s in self.shapes)
+
+
+def _executor(entry: PlanEntry, max_m: int) -> Callable[[int], None]:
+    """Buffers sized for ``max_m`` and a call per M, as SGLang's warmup executors do."""
+    import torch
+
+    from deepgemm_compat._gemm import fp8_gemm_nt, grouped_gemm_contiguous, grouped_gemm_masked
+
+    s, dev, fp8 = entry.shape, "cuda", torch.float8_e4m3fn
+    kb, nb = (s.k + 127) // 128, (s.n + 127) // 128
+    if s.kernel is KernelType.GEMM_NT_F8F8BF16:
+        a = torch.empty((max_m, s.k), device=dev, dtype=fp8)
+        sa = torch.ones((max_m, kb), device=dev)
+        b = torch.empty((s.n, s.k), device=dev, dtype=fp8)
+        sb = torch.ones((nb, kb), device=dev)
+        out = torch.empty((max_m, s.n), device=dev, dtype=torch.bfloat16)
+        return lambda m: fp8_gemm_nt((a[:m], sa[:m]), (b, sb), out[:m])
+    if s.kernel is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG:
+        a = torch.empty((max_m, s.k), device=dev, dtype=fp8)
+        sa = torch.ones((max_m, kb), device=dev)
+        b = torch.empty((s.groups, s.n, s.k), device=dev, dtype=fp8)
+        sb = torch.ones((s.groups, nb, kb), device=dev)
+        layout = torch.zeros((max_m,), device=dev, dtype=torch.int32)
+        out = torch.empty((max_m, s.n), device=dev, dtype=torch.bfloat16)
+        return lambda m: grouped_gemm_contiguous((a[:m], sa[:m]), (b, sb), out[:m], layout[:m])
+    if s.kernel is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED:
+        a = torch.empty((s.groups, max_m, s.k), device=dev, dtype=fp8)
+        sa = torch.ones((s.groups, max_m, kb), device=dev)
+        b = torch.empty((s.groups, s.n, s.k), device=dev, dtype=fp8)
+        sb = torch.ones((s.groups, nb, kb), device=dev)
+        masked = torch.zeros((s.groups,), device=dev, dtype=torch.int32)
+        out = torch.empty((s.groups, max_m, s.n), device=dev, dtype=torch.bfloat16)
+        return lambda m: grouped_gemm_masked((a, sa), (b, sb), out, masked, m)
+    raise NotImplementedError(f"run_warmup has no executor for {s.kernel.value}")
+
+
+def run_warmup(
+    plan: WarmupPlan,
+    *,
+    grid: str = "after",
+    budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> WarmupRun:
+    """Execute the plan's M grid on the current CUDA device (compiles on first use).
+
+    Args:
+        plan: from ``plan_warmup``.
+        grid: ``"after"`` (CP-aware) or ``"before"`` (SGLang's grid).
+        budget_s: stop (``truncated=True``) once this many seconds have passed.
+        progress: called with one line per finished shape.
+    """
+    import torch
+
+    from deepgemm_compat._load import require_cuda
+    from deepgemm_compat._pdl import compile_mode
+
+    if grid not in ("after", "before"):
+        raise ValueError(f"grid must be 'after' or 'before', got {grid!r}")
+    require_cuda()
+    run, start = WarmupRun(), time.perf_counter()
+    for entry in plan.entries:
+        ms = entry.after if grid == "after" else entry.before
+        shape_run = ShapeRun(entry.shape.name, entry.shape.kernel.value, len(ms))
+        run.shapes.append(shape_run)
+        if not ms or run.truncated:
+            continue
+        call, t0 = _executor(entry, max(ms)), time.perf_counter()
+        with compile_mode(1):
+            for m in ms:
+                call(m)
+                shape_run.executed += 1
+                if budget_s is not None and time.perf_counter() - start > budget_s:
+                    run.truncated = True
+                    break
+        torch.cuda.synchronize()
+        shape_run.seconds = time.perf_counter() - t0
+        del call
+        torch.cuda.empty_cache()
+        if progress:
+            progress(
+                f"{entry.shape.name}: {shape_run.executed}/{len(ms)} Ms in {shape_run.seconds:.1f}s"
+            )
+    run.seconds = time.perf_counter() - start
+    return run

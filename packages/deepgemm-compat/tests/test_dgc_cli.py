@@ -1,0 +1,95 @@
+"""The deepgemm-compat console script: doctor and plan, text and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from deepgemm_compat import _load
+from deepgemm_compat.cli import main
+
+
+@pytest.fixture
+def run(capsys):
+    def run_line(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse: --help (0) and usage errors (2)
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield run_line
+    _load.use_module(None)
+
+
+def test_plan_headline(run):
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--split", "zigzag")
+    assert code == 0
+    assert "m_max 131072 -> dense 16384" in out
+    row = next(line for line in out.splitlines() if line.startswith("attn.o_proj"))
+    assert row.split()[-11:-9] == ["131072", "16384"] or ("131072" in row and "16384" in row)
+    assert "total" in out and "fewer warmup calls" in out
+
+
+def test_plan_with_draft_outside_cp_does_not_shrink(run):
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--draft")
+    assert code == 0 and "m_max 131072 -> dense 131072" in out and "nextn.eh_proj" in out
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--draft", "--draft-cp")
+    assert "-> dense 16384" in out
+
+
+def test_plan_json(run):
+    code, out, _ = run(
+        "plan", "--chunked", "65536", "--cp", "8", "--format", "json", "--shapes", "glm51-reduced"
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["dense_m_max"] == 16384 and doc["before_total"] == 2 * 131072 + 1024
+    assert doc["after_total"] == 2 * 16384 + 1024
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern"),
+    [
+        (("plan", "--cp", "0"), "CP size must be a positive int"),
+        (("plan", "--draft-cp"), "draft_cp=True needs draft=True"),
+        (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide 256"),
+    ],
+)
+def test_plan_bad_values_exit_2(run, argv, pattern):
+    code, _, err = run(*argv)
+    assert code == 2 and pattern in err
+
+
+def test_plan_bad_choice_exits_2(run):
+    code, _, err = run("plan", "--split", "ring")
+    assert code == 2 and "invalid choice: 'ring'" in err
+
+
+def test_help_explains(run):
+    code, out, _ = run("--help")
+    assert code == 0 and "doctor" in out and "ELF symbol tables" in out
+    code, out, _ = run("plan", "--help")
+    assert code == 0 and "max(ceil(m_max / cp), --floor)" in out and "--draft-cp" in out
+
+
+def test_doctor_on_this_machine(run):
+    """Real report: the installed wheel pairs with torch; with no GPU, exit 1 naming the fix."""
+    import torch
+
+    code, out, _ = run("doctor", "--format", "json")
+    doc = json.loads(out)
+    assert doc["environment"]["missing_symbols"] == []
+    assert doc["loader"] in ("tvm_ffi", "torch_library")
+    assert doc["import"]["ok"] is True
+    if torch.cuda.is_available():
+        assert code == 0
+    else:
+        assert code == 1 and [p["code"] for p in doc["problems"]] == ["no-cuda"]
+    code, out, _ = run("doctor")
+    assert "torch symbols   all resolve" in out and "paged_mqa_logits" in out
+
+
+def test_doctor_no_import(run):
+    code, out, _ = run("doctor", "--no-import")
+    assert code == 0 and "install line" in out and "no problems found" in out

@@ -1,0 +1,190 @@
+"""The CP-aware warmup planner on GLM-5.1 shapes and edge cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from deepgemm_compat.warmup import (
+    GLM51,
+    CPSetup,
+    GemmShape,
+    KernelType,
+    compress,
+    glm51_reduced_shapes,
+    glm51_shapes,
+    plan_warmup,
+    sglang_m_list,
+    sglang_m_max,
+)
+
+DENSE, CONTIG, MASKED = (
+    KernelType.GEMM_NT_F8F8BF16,
+    KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG,
+    KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED,
+)
+
+
+def by_name(plan):
+    return {e.shape.name: e for e in plan.entries}
+
+
+@pytest.mark.parametrize(
+    ("chunked", "m_max"),
+    [
+        (-1, 65536),
+        (0, 65536),
+        (1, 16384),
+        (4096, 16384),
+        (8192, 16384),
+        (8193, 16386),
+        (16384, 32768),
+        (65536, 131072),
+        (131072, 131072),
+    ],
+)
+def test_m_max_follows_sglang(chunked, m_max):
+    assert sglang_m_max(chunked) == m_max
+
+
+def test_fast_list_matches_sglangs_comment():
+    ms = sglang_m_list(16384, fast=True)
+    assert len(ms) == 3072 and ms[-1] == 16384  # SGLang: "Totally ... = 3072 kernels"
+    assert ms[1023:1027] == [1024, 1026, 1028, 1030]
+    assert max(sglang_m_list(131072, fast=True)) == 32768
+
+
+def test_glm51_shapes_from_config():
+    shapes = {s.name: s for s in glm51_shapes()}
+    assert (shapes["attn.q_b_proj"].n, shapes["attn.q_b_proj"].k) == (64 * 256, 2048)
+    assert (shapes["attn.o_proj"].n, shapes["attn.o_proj"].k) == (6144, 64 * 256)
+    assert (shapes["attn.fused_qkv_a_proj"].n, shapes["attn.fused_qkv_a_proj"].k) == (
+        2048 + 512 + 64,
+        6144,
+    )
+    assert (shapes["indexer.wq_b"].n, shapes["indexer.wk"].n) == (32 * 128, 128)
+    assert (
+        shapes["moe.gate_up_proj"].groups == 256 // 8
+        and shapes["moe.gate_up_proj"].kernel is CONTIG
+    )
+    assert GLM51["hidden_size"] == 6144
+    assert {s.name for s in glm51_shapes(attn_tp=8)} == set(shapes)
+    assert {s.n for s in glm51_shapes(attn_tp=8) if s.name == "attn.q_b_proj"} == {8 * 256}
+
+
+def test_headline_chunked_65536_cp8():
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "zigzag"))
+    assert (plan.m_max, plan.dense_m_max) == (131072, 16384)
+    for e in plan.entries:
+        if e.shape.kernel is DENSE:
+            assert (len(e.before), len(e.after)) == (131072, 16384)
+            assert e.after == tuple(range(1, 16385))
+        else:  # grouped MoE keeps the full grid (filtered by the 128 alignment)
+            assert e.after == e.before and len(e.before) == 131072 // 128
+    assert plan.after_total < plan.before_total
+
+
+@pytest.mark.parametrize("split", ["zigzag", "interleave"])
+def test_in_sequence_splits_shrink(split):
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(4, split))
+    assert plan.dense_m_max == 131072 // 4
+
+
+@pytest.mark.parametrize(
+    ("cp", "why"),
+    [
+        (CPSetup(8, "none"), "CP does not split the sequence"),
+        (CPSetup(1, "zigzag"), "no CP"),
+        (CPSetup(8, "zigzag", draft=True), "draft model runs outside CP"),
+    ],
+)
+def test_no_shrink_cases(cp, why):
+    plan = plan_warmup(glm51_shapes(draft=cp.draft), 65536, cp)
+    assert plan.dense_m_max == 131072 and plan.after_total == plan.before_total
+    assert all(why in e.reason for e in plan.entries if e.shape.kernel is DENSE)
+
+
+def test_draft_under_cp_shrinks_and_shares_kernels():
+    plan = plan_warmup(
+        glm51_shapes(draft=True), 65536, CPSetup(8, "zigzag", draft=True, draft_cp=True)
+    )
+    assert plan.dense_m_max == 16384
+    # nextn.eh_proj is (6144, 12288), the same kernel family as mlp.down_proj: merged
+    assert "mlp.down_proj+nextn.eh_proj" in by_name(plan)
+
+
+@pytest.mark.parametrize(
+    ("chunked", "cp", "dense"),
+    [
+        (8192, 8, 2048),
+        (4096, 16, 2048),
+        (16384, 32, 2048),
+        (65536, 64, 2048),
+        (65536, 3, math.ceil(131072 / 3)),
+    ],
+)
+def test_floor_and_rounding(chunked, cp, dense):
+    assert plan_warmup(glm51_shapes(), chunked, CPSetup(cp, "zigzag")).dense_m_max == dense
+
+
+def test_floor_never_exceeds_m_max():
+    plan = plan_warmup([GemmShape(DENSE, 256, 256)], 8192, CPSetup(2, "zigzag"), floor=100000)
+    assert plan.dense_m_max == 16384
+
+
+def test_fast_mode_keeps_the_cap_in_the_grid():
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(3, "zigzag"), fast=True)
+    assert plan.m_max == 32768 and plan.dense_m_max == math.ceil(32768 / 3)
+    dense = by_name(plan)["attn.o_proj"]
+    assert dense.after[-1] == plan.dense_m_max and max(dense.before) == 32768
+
+
+def test_masked_moe_keeps_every_m_and_contig_filters_alignment():
+    plan = plan_warmup(glm51_shapes(moe="both"), 16384, CPSetup(8, "zigzag"), mk_alignment=64)
+    kinds = {(e.shape.name, e.shape.kernel): e for e in plan.entries}
+    assert len(kinds[("moe.gate_up_proj", MASKED)].after) == 32768
+    assert len(kinds[("moe.gate_up_proj", CONTIG)].after) == 32768 // 64
+
+
+def test_reduced_set():
+    names = [s.name for s in glm51_reduced_shapes()]
+    assert names == ["indexer.wq_b", "shared_expert.down_proj", "moe.gate_up_proj"]
+
+
+def test_compress_runs():
+    assert compress((1, 2, 3, 5, 7, 9, 16)) == [(1, 3, 1), (5, 9, 2), (16, 16, 1)]
+    assert compress(()) == []
+
+
+def test_to_dict_is_compact():
+    d = plan_warmup(glm51_reduced_shapes(), 65536, CPSetup(8, "zigzag")).to_dict()
+    assert d["entries"][0]["after"] == {"count": 16384, "m_max": 16384, "runs": [(1, 16384, 1)]}
+    assert d["cp"] == {"size": 8, "split": "zigzag", "draft": False, "draft_cp": False}
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda: CPSetup(0), "CP size must be a positive int"),
+        (lambda: CPSetup(8, "ring"), "'ring' is not a valid CPSplit"),
+        (lambda: CPSetup(8, "zigzag", draft_cp=True), "draft_cp=True needs draft=True"),
+        (lambda: GemmShape(DENSE, 0, 128), "n must be a positive int"),
+        (lambda: GemmShape(DENSE, 128, 128, groups=4), "dense kernel .* takes groups=1"),
+        (lambda: GemmShape("NOT_A_KERNEL", 1, 1), "'NOT_A_KERNEL' is not a valid KernelType"),
+        (lambda: plan_warmup([], 8192), "at least one GemmShape"),
+        (
+            lambda: plan_warmup(glm51_reduced_shapes(), 8192.5),
+            "chunked_prefill_size must be an int",
+        ),
+        (
+            lambda: plan_warmup(glm51_reduced_shapes(), 8192, floor=0),
+            "floor and mk_alignment must be >= 1",
+        ),
+        (lambda: glm51_shapes(attn_tp=3), "attn_tp=3 must be >= 1 and divide 64"),
+        (lambda: glm51_shapes(ep=7), "ep=7 must be >= 1 and divide 256"),
+        (lambda: glm51_shapes(moe="dense"), "moe must be"),
+    ],
+)
+def test_bad_input_messages(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()

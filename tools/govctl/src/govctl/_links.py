@@ -1,0 +1,165 @@
+"""Rules across work items: unique IDs, refs and [[ID]] links resolve, depends_on acyclic.
+
+The universe is the checked files plus, when they live in the repository's gov/work, the other
+items there (`context`): a ref to an item that is not being checked still resolves, but only
+checked files get diagnostics. RFC/ADR refs resolve against gov/rfc/RFC-NNNN/ (clauses under
+its clauses/C-NAME.toml) and gov/adr/ADR-NNNN*.toml.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from govctl._diagnostics import Diagnostic, diag
+from govctl._graph import elementary_cycles
+from govctl._load import WorkFile
+
+LINK_RE = re.compile(r"\[\[((?:RFC|ADR|WI)-[A-Za-z0-9:-]+)\]\]")
+# refs the schema accepts; a malformed one is the schema's E009, not also a dangling E021
+REF_RE = re.compile(
+    r"RFC-\d{4}(?::C-[A-Z][A-Z0-9-]*)?|ADR-\d{4}|WI-\d{4}-\d{2}-\d{2}-(?:[a-f0-9]{4}(?:-\d{3})?|\d{3})"
+)
+
+
+class Artifacts:
+    """RFC/ADR IDs on disk under a gov/ directory, scanned only when a ref needs them."""
+
+    def __init__(self, gov: Path | None) -> None:
+        self.gov = gov
+
+    @cached_property
+    def rfcs(self) -> dict[str, Path]:
+        d = self.gov / "rfc" if self.gov else None
+        if d is None or not d.is_dir():
+            return {}
+        return {p.name: p for p in d.iterdir() if p.is_dir() and re.fullmatch(r"RFC-\d{4}", p.name)}
+
+    @cached_property
+    def adrs(self) -> set[str]:
+        d = self.gov / "adr" if self.gov else None
+        if d is None or not d.is_dir():
+            return set()
+        return {m.group(0) for p in d.glob("*.toml") if (m := re.match(r"ADR-\d{4}", p.name))}
+
+    def exists(self, ref: str) -> bool:
+        if ref.startswith("ADR-"):
+            return ref in self.adrs
+        rfc, _, clause = ref.partition(":")
+        d = self.rfcs.get(rfc)
+        return d is not None and (not clause or (d / "clauses" / f"{clause}.toml").is_file())
+
+
+def _strings(v: Any) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+def _texts(wf: WorkFile) -> Iterator[str]:
+    """Every free-text field that may carry [[ID]] links."""
+    for v in (wf.get("govctl", "title"), wf.get("content", "description")):
+        if isinstance(v, str):
+            yield v
+    yield from _strings(wf.get("content", "notes"))
+    for key, field in (("journal", "content"), ("acceptance_criteria", "text")):
+        entries = wf.get("content", key)
+        for e in entries if isinstance(entries, list) else ():
+            if isinstance(e, dict) and isinstance(e.get(field), str):
+                yield e[field]
+
+
+def cross_file(
+    checked: list[WorkFile], context: list[WorkFile], artifacts: Artifacts
+) -> list[Diagnostic]:
+    """E020-E023 and W003 for the parsed files in `checked`."""
+    checked = [wf for wf in checked if wf.doc is not None]
+    is_checked = {id(wf) for wf in checked}
+    by_id: dict[str, list[WorkFile]] = {}
+    for wf in sorted([*checked, *(c for c in context if c.doc is not None)], key=lambda w: w.shown):
+        if wf.item_id is not None:
+            by_id.setdefault(wf.item_id, []).append(wf)
+    out: list[Diagnostic] = []
+    for item_id, files in by_id.items():
+        if len(files) > 1:
+            out.extend(_duplicates(item_id, files, is_checked))
+
+    def resolves(ref: str) -> bool:
+        return ref in by_id if ref.startswith("WI-") else artifacts.exists(ref)
+
+    for wf in checked:
+        for key in ("refs", "depends_on"):
+            for ref in _strings(wf.get("govctl", key)):
+                if REF_RE.fullmatch(ref) and not resolves(ref):
+                    out.append(
+                        diag(
+                            "E021",
+                            f"{key}: '{ref}' does not resolve to a "
+                            f"{'work item' if ref.startswith('WI-') else 'known artifact'}",
+                            wf.shown,
+                            wf.line_of("govctl", key),
+                        )
+                    )
+        seen: set[str] = set()
+        for text in _texts(wf):
+            if "[[" not in text:
+                continue
+            for ref in LINK_RE.findall(text):
+                if ref not in seen and not resolves(ref):
+                    seen.add(ref)
+                    line = wf.text.count("\n", 0, max(wf.text.find(f"[[{ref}]]"), 0)) + 1
+                    out.append(diag("E022", f"link [[{ref}]] does not resolve", wf.shown, line))
+        if wf.get("govctl", "status") == "done":
+            for dep in _strings(wf.get("govctl", "depends_on")):
+                other = by_id.get(dep)
+                status = other[0].get("govctl", "status") if other else None
+                if other and status != "done":
+                    out.append(
+                        diag(
+                            "W003",
+                            f"'done' but depends on {dep}, which is '{status}'",
+                            wf.shown,
+                            wf.line_of("govctl", "depends_on"),
+                        )
+                    )
+    out.extend(_cycles(by_id, is_checked))
+    return out
+
+
+def _duplicates(item_id: str, files: list[WorkFile], is_checked: set[int]) -> Iterator[Diagnostic]:
+    first = files[0]
+    reported = False
+    for other in files[1:]:
+        if id(other) in is_checked:
+            reported = True
+            yield diag(
+                "E020",
+                f"duplicate ID {item_id} (also in {first.shown}:{first.line_of('govctl', 'id')})",
+                other.shown,
+                other.line_of("govctl", "id"),
+            )
+    if not reported and id(first) in is_checked:
+        other = files[1]
+        yield diag(
+            "E020",
+            f"duplicate ID {item_id} (also in {other.shown}:{other.line_of('govctl', 'id')})",
+            first.shown,
+            first.line_of("govctl", "id"),
+        )
+
+
+def _cycles(by_id: dict[str, list[WorkFile]], is_checked: set[int]) -> Iterator[Diagnostic]:
+    graph = {i: _strings(files[0].get("govctl", "depends_on")) for i, files in by_id.items()}
+    graph = {i: deps for i, deps in graph.items() if deps}
+    if not graph:
+        return
+    for cycle in elementary_cycles(graph):
+        owners = [by_id[i][0] for i in cycle if id(by_id[i][0]) in is_checked]
+        if not owners:
+            continue
+        wf = owners[0]
+        chain = " -> ".join([*cycle, cycle[0]])
+        yield diag(
+            "E023", f"depends_on cycle: {chain}", wf.shown, wf.line_of("govctl", "depends_on")
+        )

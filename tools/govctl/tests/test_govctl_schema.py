@@ -1,0 +1,207 @@
+"""The schema file, and the compiled fast predicate against jsonschema as the oracle."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from _govctl_support import BUNDLED_SCHEMA, FIXTURES, MAX_EXAMPLES, REPO_SCHEMA
+from govctl._compile import compile_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SCHEMA = json.loads(BUNDLED_SCHEMA.read_text())
+ORACLE = jsonschema.Draft7Validator(
+    SCHEMA, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
+)
+FAST = compile_schema(SCHEMA)
+VALID_DOCS = [
+    tomllib.loads(p.read_text())
+    for p in sorted((FIXTURES / "positive").rglob("*.toml"))
+    if "work" in p.relative_to(FIXTURES).parts or p.parent.name in ("positive", "linked")
+]
+
+
+def test_repo_schema_is_the_bundled_schema() -> None:
+    assert REPO_SCHEMA.read_text() == BUNDLED_SCHEMA.read_text()
+
+
+def test_schema_is_valid_draft07_and_closed() -> None:
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object":
+                assert node.get("additionalProperties") is False, node
+            for v in node.values():
+                walk(v)
+
+    walk(SCHEMA)
+
+
+def test_the_schema_compiles() -> None:
+    assert FAST is not None
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"oneOf": [{"type": "string"}]},
+        {"type": ["string", "null"]},
+        {"format": "email"},
+        {"$ref": "http://x/y.json"},
+        {"items": [{"type": "string"}]},
+    ],
+)
+def test_unsupported_keywords_compile_to_none(schema: dict) -> None:
+    assert compile_schema(schema) is None
+
+
+def test_valid_fixtures_pass_both() -> None:
+    assert len(VALID_DOCS) >= 6
+    for doc in VALID_DOCS:
+        assert ORACLE.is_valid(doc)
+        assert FAST(doc)
+
+
+LEAVES = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "queue",
+            "done",
+            "pending",
+            "added",
+            "2026-08-01",
+            "2026-02-30",
+            "2026-8-1",
+            "WI-2026-08-01-a3f9",
+            "WI-2026-08-01-A3F9",
+            "WI-2026-08-01-001",
+            "ADR-0001",
+            "RFC-0001:C-X",
+            "runtime",
+            "Runtime",
+            "GUARD-X",
+            "x",
+        ]
+    ),
+    st.text(max_size=12),
+    st.integers(-2, 3),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+)
+VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["text", "date", "x", "status"]), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(node: Any, where: tuple = ()) -> list[tuple]:
+    out = [where]
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for k, v in items:
+        out += _paths(v, (*where, k))
+    return out
+
+
+@st.composite
+def mutated_docs(draw: st.DrawFn) -> Any:
+    doc = copy.deepcopy(draw(st.sampled_from(VALID_DOCS)))
+    for _ in range(draw(st.integers(0, 3))):
+        path = draw(st.sampled_from(_paths(doc)))
+        if not path:
+            continue
+        *head, last = path
+        parent = doc
+        for k in head:
+            parent = parent[k]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "replace":
+            parent[last] = draw(VALUES)
+        elif action == "delete":
+            del parent[last]
+        elif isinstance(parent, dict):
+            parent[draw(st.sampled_from(["extra", "title", "refs", "tags", "notes"]))] = draw(
+                VALUES
+            )
+        else:
+            parent.append(draw(VALUES))
+    return doc
+
+
+def _has_float(node: Any) -> bool:
+    if isinstance(node, float):
+        return True
+    items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return any(_has_float(v) for v in items)
+
+
+@settings(
+    max_examples=MAX_EXAMPLES * 5, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(mutated_docs())
+def test_fast_predicate_agrees_with_jsonschema(doc: Any) -> None:
+    fast, oracle = FAST(doc), ORACLE.is_valid(doc)
+    if fast:
+        assert oracle, "fast path accepted a document jsonschema rejects"
+    if not _has_float(doc):  # floats are the one documented conservative case
+        assert fast == oracle
+
+
+def test_float_is_conservative_not_wrong() -> None:
+    doc = copy.deepcopy(VALID_DOCS[0])
+    doc["govctl"]["schema"] = 1.0  # a valid draft-07 integer
+    assert ORACLE.is_valid(doc) and not FAST(doc)
+
+
+def test_check_without_a_compilable_schema_still_reports(gov_repo: Path, run_line) -> None:
+    schema = json.loads(BUNDLED_SCHEMA.read_text())
+    schema["properties"]["govctl"]["properties"]["title"] = {
+        "oneOf": [{"type": "string", "minLength": 3}]
+    }
+    (gov_repo / "gov/schema/work.schema.json").write_text(json.dumps(schema))
+    good = (FIXTURES / "positive/2026-08-01-full-done-item.toml").read_text()
+    (gov_repo / "gov/work/2026-08-01-x.toml").write_text(
+        good.replace(
+            'title = "Localise the all-gathered current KV before the cache write"', 'title = "ab"'
+        )
+    )
+    r = run_line(["check", "--format", "json"], cwd=gov_repo)
+    codes = [d["code"] for d in json.loads(r.stdout)["diagnostics"]]
+    assert (r.exit_code, codes) == (1, ["E010"])
+
+
+@settings(
+    max_examples=MAX_EXAMPLES * 3, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(st.lists(mutated_docs(), min_size=1, max_size=3))
+def test_rules_never_raise_on_malformed_documents(docs: list[Any]) -> None:
+    """Every rule reads defensively: any document shape yields diagnostics, never an exception."""
+    from govctl._links import Artifacts, cross_file
+    from govctl._load import WorkFile
+    from govctl._rules import RULES
+    from govctl._schema import Schema
+
+    schema = Schema(BUNDLED_SCHEMA)
+    files = [WorkFile(Path(f"2026-08-0{i}-x.toml"), f"f{i}", "", doc) for i, doc in enumerate(docs)]
+    for wf in files:
+        schema.check(wf)
+        for rule in RULES:
+            list(rule(wf))
+    cross_file(files, [], Artifacts(None))
