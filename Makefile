@@ -10,7 +10,7 @@ sync: ## install the locked dev environment
 	$(UV) sync --frozen
 
 test: ## run every package's tests (CPU; GPU tests skip without CUDA)
-	$(UV) run --frozen pytest
+	scripts/test-all
 
 lint: ## ruff check + format check
 	$(UV) run --frozen ruff check .

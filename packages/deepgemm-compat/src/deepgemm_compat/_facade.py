@@ -109,8 +109,10 @@ def paged_mqa_logits(
             f"sgl-deep-gemm {s.version}'s fp8_fp4_paged_mqa_logits rejects a plain fp8 q"
         )
     fn = getattr(s.module, name)
+    # The wheel's own cleaning asserts 1-D context lens (`not is_context_lens_2d`, seen on
+    # 0.1.4.post1 on an H200) and the facade always passes 2-D lens: clean in torch instead.
     takes_clean = "clean_logits" in (s.params("paged_mqa_logits") or {})
-    kwargs = {"clean_logits": clean_logits} if takes_clean else {}
+    kwargs = {"clean_logits": False} if takes_clean else {}
     logits = fn(
         q_arg,
         kv_cache,
@@ -121,7 +123,7 @@ def paged_mqa_logits(
         max_context_len,
         **kwargs,
     )
-    if clean_logits and not takes_clean:
+    if clean_logits:
         cols = torch.arange(logits.shape[1], device=logits.device)
         logits.masked_fill_(cols[None, :] >= context_lens.reshape(-1, 1), float("-inf"))
     return logits
@@ -187,7 +189,7 @@ def mqa_logits(
         )
     else:  # 0.2.5: fp8_fp4_mqa_logits(q, kv, weights, ks, ke, max_seqlen_k, schedule_meta=None)
         logits = fn(q, (kv, kv_scale), weights, ks, ke, max_seqlen_k)
-    if clean_logits and not takes_clean:
+    if clean_logits:
         cols = torch.arange(logits.shape[1], device=logits.device)[None, :]
         lo, hi = ks[:, None], ke[:, None]
         outside = (cols >= hi - lo) if max_seqlen_k else (cols < lo) | (cols >= hi)

@@ -1,0 +1,108 @@
+"""Backend-contract callables over the ``cpkv::<op>_<impl>`` custom ops.
+
+Each function has the signature ``cpkv_runtime._backend`` documents, checks metadata (never
+values: no host sync), allocates the output when none is passed, and calls the custom op, which
+writes into it. With outputs passed in, nothing here allocates or syncs, so the calls capture in
+CUDA graphs; the custom ops have fake kernels, so they trace under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from . import _checks
+
+_WIDE = (torch.int32, torch.int64)
+
+
+def _index(t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> torch.Tensor:
+    """``t`` contiguous and of an allowed dtype (narrow integer dtypes widen to int32)."""
+    if t.dtype not in allowed:
+        t = t.to(torch.int32)
+    return t.contiguous()
+
+
+def make_ops(impl: str) -> dict[str, Callable[..., object]]:
+    """The five contract ops dispatching to ``torch.ops.cpkv.<op>_<impl>``.
+
+    Args:
+        impl: ``"triton"`` or ``"cuda"``. The CUDA ops take int32 request/slot indices (int64
+            ones are narrowed, an allocation); the Triton ops take int32 or int64.
+    """
+    ns = torch.ops.cpkv
+    bi, mat = getattr(ns, f"build_inverse_{impl}"), getattr(ns, f"materialize_{impl}")
+    fill, remap = getattr(ns, f"fill_current_{impl}"), getattr(ns, f"remap_locs_{impl}")
+    mask_op = getattr(ns, f"current_page_mask_{impl}")
+    idx = (torch.int32,) if impl == "cuda" else _WIDE
+
+    def build_inverse(
+        slot_table: torch.Tensor, req_pages: torch.Tensor, num_pages: int
+    ) -> torch.Tensor:
+        _checks.check_build_inverse(slot_table, req_pages, num_pages)
+        inverse = torch.empty(
+            (slot_table.shape[0], num_pages), dtype=torch.int32, device=slot_table.device
+        )
+        bi(_index(slot_table, idx), _index(req_pages, idx), num_pages, inverse)
+        return inverse
+
+    def materialize(
+        kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _checks.check_materialize(kv_pool, slot_page, out)
+        if out is None:
+            out = kv_pool.new_empty((slot_page.shape[0], *kv_pool.shape[1:]))
+        mat(kv_pool, _index(slot_page, idx), out)
+        return out
+
+    def fill_current(
+        dense: torch.Tensor,
+        current_kv: torch.Tensor,
+        token_req: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        inverse: torch.Tensor,
+        page_size: int,
+    ) -> None:
+        _checks.check_fill_current(dense, current_kv, token_req, out_cache_loc, inverse, page_size)
+        fill(
+            dense,
+            current_kv,
+            _index(token_req, idx),
+            _index(out_cache_loc, _WIDE),
+            inverse.contiguous(),
+            page_size,
+        )
+
+    def remap_locs(
+        locs: torch.Tensor,
+        req_id: torch.Tensor,
+        inverse: torch.Tensor,
+        page_size: int,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        _checks.check_remap_locs(locs, req_id, inverse, page_size, out)
+        if out is None:
+            out = torch.empty(locs.shape, dtype=torch.int32, device=locs.device)
+        remap(_index(locs, _WIDE), _index(req_id, idx), inverse.contiguous(), page_size, out)
+        return out
+
+    def current_page_mask(
+        req_pages: torch.Tensor,
+        prefix_lens: torch.Tensor,
+        extend_lens: torch.Tensor,
+        page_size: int,
+    ) -> torch.Tensor:
+        _checks.check_current_page_mask(req_pages, prefix_lens, extend_lens, page_size)
+        mask = torch.empty(req_pages.shape, dtype=torch.bool, device=req_pages.device)
+        lens = (prefix_lens.dtype,) if prefix_lens.dtype in _WIDE else (torch.int32,)
+        mask_op(req_pages, _index(prefix_lens, lens), _index(extend_lens, lens), page_size, mask)
+        return mask
+
+    return {
+        "build_inverse": build_inverse,
+        "materialize": materialize,
+        "fill_current": fill_current,
+        "remap_locs": remap_locs,
+        "current_page_mask": current_page_mask,
+    }

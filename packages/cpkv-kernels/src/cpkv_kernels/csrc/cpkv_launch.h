@@ -1,0 +1,94 @@
+// Host-side launch interface between binding.cpp (torch) and the .cu files (plain CUDA).
+// Pointers are raw device pointers; strides are in bytes unless named *_elems.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cpkv {
+
+struct BuildInverseArgs {
+  const int32_t* slot_table;  // (B, M)
+  const int32_t* req_pages;   // (B, M)
+  int32_t* inverse;           // (B, num_pages), written
+  int64_t num_reqs;
+  int64_t max_pages;
+  int64_t num_pages;
+};
+
+struct MaterializeArgs {
+  const char* pool;        // (num_pages, page_bytes) rows, stride pool_stride
+  int64_t pool_stride;
+  int64_t num_pages;
+  const int32_t* slot_page;  // (S,)
+  char* dense;               // (S, page_bytes) rows, stride dense_stride, written
+  int64_t dense_stride;
+  int64_t num_slots;
+  int64_t page_bytes;
+};
+
+struct FillCurrentArgs {
+  char* dense;  // (S, P * row_bytes), stride dense_stride, written
+  int64_t dense_stride;
+  int64_t num_slots;
+  const char* src;  // (T, row_bytes), stride src_stride
+  int64_t src_stride;
+  int64_t num_tokens;
+  int64_t row_bytes;
+  const int32_t* token_req;  // (T,)
+  const void* loc;           // (T,) int32 or int64
+  bool loc_is_64;
+  const int32_t* inverse;  // (B, num_pages)
+  int64_t num_reqs;
+  int64_t num_pages;
+  int64_t page_size;
+};
+
+struct RemapArgs {
+  const void* locs;  // (N, K) int32 or int64, contiguous
+  bool locs_is_64;
+  const int32_t* req_id;  // (N,)
+  const int32_t* inverse;  // (B, num_pages)
+  int64_t num_reqs;
+  int64_t num_pages;
+  int32_t* out;  // (N, K), written
+  int64_t rows;
+  int64_t cols;
+  int64_t page_size;
+};
+
+struct PageMaskArgs {
+  const int32_t* req_pages;  // (B, M)
+  const void* prefix_lens;   // (B,) int32 or int64 (same dtype as extend_lens)
+  const void* extend_lens;   // (B,)
+  bool lens_is_64;
+  bool* mask;                  // (B, M), written
+  int64_t num_reqs;
+  int64_t max_pages;
+  int64_t page_size;
+};
+
+cudaError_t launch_build_inverse(const BuildInverseArgs& a, cudaStream_t stream);
+cudaError_t launch_materialize(const MaterializeArgs& a, cudaStream_t stream);
+cudaError_t launch_fill_current(const FillCurrentArgs& a, cudaStream_t stream);
+cudaError_t launch_remap_locs(const RemapArgs& a, cudaStream_t stream);
+cudaError_t launch_current_page_mask(const PageMaskArgs& a, cudaStream_t stream);
+
+// Widest power-of-two word (<= 16 bytes) dividing every value (byte widths, strides, addresses).
+inline int word_bytes(std::initializer_list<uint64_t> values) {
+  uint64_t acc = 16;
+  for (uint64_t v : values) {
+    while (acc > 1 && v % acc != 0) acc >>= 1;
+  }
+  return static_cast<int>(acc);
+}
+
+inline int page_shift_of(int64_t page_size) {
+  if (page_size <= 0 || (page_size & (page_size - 1)) != 0) return -1;
+  int s = 0;
+  while ((int64_t{1} << s) < page_size) ++s;
+  return s;
+}
+
+}  // namespace cpkv

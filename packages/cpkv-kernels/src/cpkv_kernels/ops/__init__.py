@@ -1,0 +1,15 @@
+"""Triton implementations, each registered as the custom op ``cpkv::<op>_triton``."""
+
+from .build_inverse import build_inverse_triton
+from .current_page_mask import current_page_mask_triton
+from .fill_current import fill_current_triton
+from .materialize import materialize_triton
+from .remap_locs import remap_locs_triton
+
+__all__ = [
+    "build_inverse_triton",
+    "current_page_mask_triton",
+    "fill_current_triton",
+    "materialize_triton",
+    "remap_locs_triton",
+]

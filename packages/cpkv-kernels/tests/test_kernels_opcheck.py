@@ -1,0 +1,97 @@
+"""torch.library.opcheck on every Triton custom op, and tracing under torch.compile (fullgraph).
+
+Runs wherever the Triton kernels run (CPU under TRITON_INTERPRET=1, else CUDA); the CUDA ops get
+the same checks in test_kernels_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _cases import make_data, named_batches
+from _compare import assert_bitwise_equal
+
+
+def _args(device: str) -> dict[str, tuple]:
+    d = make_data(named_batches(16)[0], "132B", device)
+    lay = d.layout
+    dense = torch.empty((lay.num_slots, 16, 132), dtype=torch.uint8, device=device)
+    return {
+        "build_inverse": (
+            lay.slot_table,
+            lay.req_pages,
+            lay.num_pages,
+            torch.empty((lay.batch_size, lay.num_pages), dtype=torch.int32, device=device),
+        ),
+        "materialize": (d.kv_pool, lay.slot_page, dense),
+        "fill_current": (dense, d.current_kv, d.token_req, d.out_cache_loc, lay.inverse, 16),
+        "remap_locs": (d.locs, d.req_id, lay.inverse, 16, torch.empty_like(d.locs)),
+        "current_page_mask": (
+            lay.req_pages,
+            lay.prefix_lens,
+            lay.extend_lens,
+            16,
+            torch.empty(lay.req_pages.shape, dtype=torch.bool, device=device),
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "op", ["build_inverse", "materialize", "fill_current", "remap_locs", "current_page_mask"]
+)
+def test_opcheck_triton(op, device):
+    torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_triton").default, _args(device)[op])
+
+
+def _pipeline(
+    ops,
+    kv_pool,
+    slot_table,
+    req_pages,
+    slot_page,
+    num_pages,
+    cur,
+    treq,
+    loc,
+    locs,
+    rid,
+    prefix,
+    extend,
+):
+    inverse = ops["build_inverse"](slot_table, req_pages, num_pages)
+    dense = ops["materialize"](kv_pool, slot_page)
+    ops["fill_current"](dense, cur, treq, loc, inverse, 16)
+    mapped = ops["remap_locs"](locs, rid, inverse, 16)
+    mask = ops["current_page_mask"](req_pages, prefix, extend, 16)
+    return inverse, dense, mapped, mask
+
+
+@pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores:UserWarning")  # inductor on CUDA
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+def test_compile_fullgraph(impl, device, impls, torch_ops):
+    """The whole op sequence traces as one graph (fake kernels, no graph breaks) and matches."""
+    if impl not in impls:
+        pytest.skip(f"{impl} kernels do not run here")
+    torch._dynamo.reset()
+    d = make_data(named_batches(16)[1], "656B", device)
+    lay = d.layout
+    args = (
+        d.kv_pool,
+        lay.slot_table,
+        lay.req_pages,
+        lay.slot_page,
+        lay.num_pages,
+        d.current_kv,
+        d.token_req,
+        d.out_cache_loc,
+        d.locs,
+        d.req_id,
+        lay.prefix_lens,
+        lay.extend_lens,
+    )
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(lambda *a: _pipeline(impls[impl], *a), fullgraph=True, backend=backend)
+    got = compiled(*args)
+    want = _pipeline(torch_ops, *args)
+    for name, g, w in zip(("inverse", "dense", "remap", "mask"), got, want, strict=True):
+        assert_bitwise_equal(f"compiled {name}", g, w, min(g.dim(), 2), "index")

@@ -1,0 +1,8 @@
+"""Test setup: the fixture module on sys.path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # _glmcfg_fixtures

@@ -1,0 +1,267 @@
+"""``glm-config show`` and ``glm-config set``: output, exit codes, and every bad input.
+
+On any error ``set`` exits 2 and leaves config.json byte-identical with no backup or temp file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _glmcfg_fixtures import raw, version_family, write_model
+from glm_config.cli import main
+
+
+def _has_transformers() -> bool:
+    try:
+        importlib.import_module("transformers")
+    except ImportError:
+        return False
+    return True
+
+
+needs_transformers = pytest.mark.skipif(
+    not _has_transformers(), reason="show loads through transformers"
+)
+
+
+@pytest.fixture
+def run_line(capsys):
+    """Run the CLI in-process; print exit code, stdout and stderr on failure."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        print(f"exit={code}\nstdout:\n{out}\nstderr:\n{err}")
+        return code, out, err
+
+    return run
+
+
+def _tf_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _files(d: Path) -> set[str]:
+    return {p.name for p in d.iterdir()}
+
+
+# show --------------------------------------------------------------------------------------------
+@needs_transformers
+def test_show_text(run_line, tmp_path):
+    d = write_model(tmp_path, "glm52_freq4_offset3")
+    code, out, err = run_line("show", d)
+    assert code == 0 and err == ""
+    assert "glm_moe_dsa, 78 layers + 1 NextN" in out
+    assert f"loaded (transformers {_tf_version()})" in out
+    assert "IndexCache: 21 of 78 layers run the indexer (index_topk_freq)" in out
+    repair_rows = {line.split()[0] for line in out.splitlines() if line.endswith("REPAIR")}
+    if version_family() == "broken":
+        assert repair_rows == {"index_topk_freq", "qk_rope_head_dim", "indexer_types"}
+        assert "3 field(s) need repair" in out and "drops index_topk_freq" in out
+    elif version_family() == "right":
+        assert repair_rows == set() and "the loaded config matches config.json" in out
+
+
+@needs_transformers
+def test_show_check_exit_code(run_line, tmp_path):
+    code, _, _ = run_line("show", write_model(tmp_path, "glm52_freq4_offset3"), "--check")
+    assert code == {"broken": 1, "right": 0}.get(version_family(), code)
+
+
+@needs_transformers
+def test_show_json(run_line, tmp_path):
+    code, out, _ = run_line(
+        "show", write_model(tmp_path, "glm52_shipped") / "config.json", "--format", "json"
+    )
+    assert code == 0
+    r = json.loads(out)
+    assert r["schedule"]["full_layers"][:4] == [0, 1, 2, 6] and r["model_type"] == "glm_moe_dsa"
+    assert r["fields"]["index_topk_freq"]["expected"] == 4
+    assert r["fields"]["indexer_types"]["config_json"][:3] == ["full", "full", "full"]
+    assert r["transformers"] == _tf_version()
+
+
+@needs_transformers
+def test_show_deepseek_v32(run_line, tmp_path):
+    code, out, _ = run_line("show", write_model(tmp_path, "dsv32_freq4"))
+    assert code == 0 and "deepseek_v32, 61 layers + 1 NextN" in out
+    if "cannot load it" in out:  # releases without deepseek_v32
+        assert "not loaded: transformers" in out
+        assert run_line("show", write_model(tmp_path, "dsv32_freq4"), "--check")[0] == 1
+    else:
+        assert "the loaded config matches config.json" in out
+
+
+@needs_transformers
+def test_show_conflict_warning(run_line, tmp_path):
+    d = write_model(tmp_path, "glm52_shipped")
+    data = raw("glm52_shipped") | {"index_skip_topk_offset": 2}
+    (d / "config.json").write_text(json.dumps(data))
+    code, out, _ = run_line("show", d)
+    assert code == 0 and "warning:" in out and "takes priority" in out
+
+
+def test_show_without_transformers(run_line, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    d = write_model(tmp_path, "glm52_freq4_offset3")
+    code, out, _ = run_line("show", d)
+    assert code == 0 and "not loaded: transformers is not installed" in out
+    assert "index_topk_freq         4            -" in out
+    assert run_line("show", d, "--check")[0] == 1
+
+
+# set ---------------------------------------------------------------------------------------------
+def test_set_writes_backup_and_preserves_format(run_line, tmp_path):
+    d = write_model(tmp_path, "glm5_plain", indent=4)
+    cfg = d / "config.json"
+    original = cfg.read_bytes()
+    os.chmod(cfg, 0o640)
+    code, out, err = run_line("set", d, "index_topk_freq=4", "index_skip_topk_offset=3")
+    assert code == 0 and err == ""
+    assert "index_topk_freq: null -> 4" in out and "backup: " in out
+    backups = [p for p in d.iterdir() if p.name.startswith("config.json.bak-")]
+    assert len(backups) == 1 and backups[0].read_bytes() == original
+    assert _files(d) == {"config.json", backups[0].name}  # no temp file left
+    text = cfg.read_text()
+    new = json.loads(text)
+    assert new == raw("glm5_plain") | {"index_topk_freq": 4, "index_skip_topk_offset": 3}
+    assert list(new)[: len(raw("glm5_plain"))] == list(raw("glm5_plain"))  # key order kept
+    assert text.startswith('{\n    "architectures"') and text.endswith("}\n")
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o640
+
+
+def test_set_recomputes_a_shipped_indexer_types(run_line, tmp_path):
+    d = write_model(tmp_path, "glm52_shipped")
+    code, out, _ = run_line("set", d, "index_topk_freq=1")
+    assert code == 0 and "indexer_types: " in out and "(recomputed" in out
+    new = json.loads((d / "config.json").read_text())
+    assert new["indexer_types"] == ["full"] * 78 and new["index_topk_freq"] == 1
+
+
+def test_set_pattern_then_back_to_freq(run_line, tmp_path):
+    d = write_model(tmp_path, "glm5_freq4")
+    pattern = "FF" + "S" * 76
+    assert run_line("set", d, f"index_topk_pattern={pattern}")[0] == 0
+    assert json.loads((d / "config.json").read_text())["index_topk_pattern"] == pattern
+    code, _, err = run_line("set", d, "index_topk_freq=2")
+    assert code == 2 and "index_topk_pattern is set and takes priority" in err
+    assert run_line("set", d, "index_topk_pattern=null", "index_topk_freq=2")[0] == 0
+    new = json.loads((d / "config.json").read_text())
+    assert new["index_topk_pattern"] is None and new["index_topk_freq"] == 2
+
+
+def test_set_dry_run_and_no_op_write_nothing(run_line, tmp_path):
+    d = write_model(tmp_path, "glm5_freq4")
+    before = (d / "config.json").read_bytes()
+    code, out, _ = run_line("set", d, "index_topk_freq=8", "--dry-run")
+    assert code == 0 and "dry run: nothing written" in out
+    code, out, _ = run_line("set", d, "index_topk_freq=4")
+    assert code == 0 and "already set; nothing written" in out
+    assert (d / "config.json").read_bytes() == before and _files(d) == {"config.json"}
+
+
+BAD_SET = {
+    "no_assignments": ([], "nothing to set"),
+    "unknown_key": (
+        ["index_topk_frq=4"],
+        "unknown key 'index_topk_frq'; settable keys: index_topk_freq",
+    ),
+    "derived_key": (["indexer_types=[]"], "indexer_types cannot be set: it is derived"),
+    "no_equals": (["index_topk_freq"], "'index_topk_freq' is not KEY=VALUE"),
+    "empty_key": (["=4"], "is not KEY=VALUE"),
+    "duplicate": (["index_topk_freq=4", "index_topk_freq=2"], "index_topk_freq is given twice"),
+    "freq_zero": (
+        ["index_topk_freq=0"],
+        "index_topk_freq='0' is refused: index_topk_freq must be an integer >= 1",
+    ),
+    "freq_negative": (["index_topk_freq=-4"], "must be an integer >= 1"),
+    "freq_word": (["index_topk_freq=four"], "index_topk_freq='four' is refused"),
+    "freq_float": (["index_topk_freq=1.5"], "index_topk_freq='1.5' is refused"),
+    "freq_bool": (["index_topk_freq=true"], "index_topk_freq='true' is refused"),
+    "freq_null": (["index_topk_freq=null"], "index_topk_freq='null' is refused"),
+    "freq_empty": (["index_topk_freq="], "index_topk_freq='' is refused"),
+    "offset_zero": (["index_skip_topk_offset=0"], "index_skip_topk_offset must be an integer >= 1"),
+    "topk_zero": (["index_topk=0"], "index_topk must be an integer >= 1"),
+    "pattern_length": (
+        ["index_topk_pattern=FFS"],
+        "index_topk_pattern has 3 entries but num_hidden_layers is 78",
+    ),
+    "pattern_alphabet": (["index_topk_pattern=" + "FX" * 39], "only 'F' (full) and 'S'"),
+    "pattern_layer0": (["index_topk_pattern=" + "S" * 78], "layer 0 must be 'full'"),
+    "pattern_number": (["index_topk_pattern=4"], "index_topk_pattern must be a string of F/S"),
+    "pattern_empty": (["index_topk_pattern="], "index_topk_pattern='' is refused"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SET))
+def test_set_bad_input_leaves_the_file_untouched(run_line, tmp_path, case):
+    argv, message = BAD_SET[case]
+    d = write_model(tmp_path, "glm5_plain")
+    before = (d / "config.json").read_bytes()
+    code, out, err = run_line("set", d, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("glm-config: error: ") and message in err
+    assert (d / "config.json").read_bytes() == before and _files(d) == {"config.json"}
+
+
+@pytest.mark.parametrize("command", ["show", "set"])
+def test_bad_model_dirs(run_line, tmp_path, command):
+    extra = ["index_topk_freq=4"] if command == "set" else []
+    assert "does not exist" in run_line(command, tmp_path / "nope", *extra)[2]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_line(command, empty, *extra)
+    assert code == 2 and "config.json does not exist" in err
+    for text, message in [
+        ("{oops", "is not valid JSON"),
+        ("[1]", "must hold a JSON object; got list"),
+    ]:
+        (empty / "config.json").write_text(text)
+        code, _, err = run_line(command, empty, *extra)
+        assert code == 2 and message in err and (empty / "config.json").read_text() == text
+    (empty / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    code, _, err = run_line(command, empty, *extra)
+    assert code == 2 and "'llama' has no DSA indexer" in err
+    assert _files(empty) == {"config.json"}
+
+
+def test_set_write_failure_leaves_the_file_untouched(run_line, tmp_path, monkeypatch):
+    """A failing rename (disk full, read-only mount) is simulated; nothing else is faked."""
+    d = write_model(tmp_path, "glm5_plain")
+    before = (d / "config.json").read_bytes()
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    code, _, err = run_line("set", d, "index_topk_freq=4")
+    assert code == 2 and "No space left on device" in err and "it is unchanged" in err
+    assert (d / "config.json").read_bytes() == before and _files(d) == {"config.json"}
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["show"], ["show", ".", "--format", "xml"]])
+def test_argparse_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "usage: glm-config" in capsys.readouterr().err
+
+
+def test_module_entry_point(tmp_path):
+    d = write_model(tmp_path, "glm5_freq4")
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_config", "set", str(d), "index_topk_freq=2", "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "index_topk_freq: 4 -> 2" in proc.stdout

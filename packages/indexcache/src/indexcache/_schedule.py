@@ -1,0 +1,267 @@
+"""The per-layer IndexCache schedule: which layers run their indexer ("full") and which reuse.
+
+Layer ``l`` of the main model is *full* (F: runs its lightning indexer) or *shared* (S: reuses the
+top-k of the nearest earlier full layer; its checkpoint carries no indexer weights). The pattern
+comes from the first of these config fields that is set (the order transformers >= 5.11 and
+SGLang use):
+
+1. ``indexer_types``: ``["full", "shared", ...]``, one entry per layer;
+2. ``index_topk_pattern``: ``"FFSS..."``, one letter per layer;
+3. ``index_topk_freq`` f (default 1) and ``index_skip_topk_offset`` o (default 2):
+   layer ``l`` is full iff ``max(l - o + 1, 0) % f == 0``.
+
+f=4, o=2 on 78 layers: full at 0, 1, 5, 9, ..., 77 (21 full); f=4, o=3: full at 0, 1, 2, 6, 10, ...
+
+NextN/MTP layers follow the main layers (indices ``num_layers`` to ``num_layers + num_nextn - 1``);
+they own indexer weights, reuse a carried top-k when there is one and compute otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from indexcache.errors import ScheduleError
+
+FULL = "full"
+SHARED = "shared"
+NEXTN = "nextn"
+DEFAULT_FREQ = 1
+DEFAULT_OFFSET = 2
+
+LayerKind = Literal["full", "shared", "nextn"]
+ScheduleSource = Literal["indexer_types", "index_topk_pattern", "index_topk_freq"]
+_LETTER = {FULL: "F", SHARED: "S"}
+
+
+@dataclass(frozen=True)
+class IndexerSchedule:
+    """Which layers run the lightning indexer and which reuse a carried top-k.
+
+    Attributes:
+        indexer_types: one of ``"full"``/``"shared"`` per main-model layer; entry 0 is ``"full"``.
+        num_nextn_layers: NextN/MTP layers after the main layers (reuse when carried, else compute).
+        source: the config field the pattern came from.
+    """
+
+    indexer_types: tuple[str, ...]
+    num_nextn_layers: int = 0
+    source: ScheduleSource = "index_topk_freq"
+
+    def __post_init__(self) -> None:
+        _check_types(self.indexer_types, self.source)
+        _check_int(self.num_nextn_layers, "num_nextn_layers", minimum=0)
+
+    # Constructors -----------------------------------------------------------------------------
+    @classmethod
+    def from_freq(
+        cls,
+        num_layers: int,
+        freq: int | None = DEFAULT_FREQ,
+        offset: int | None = DEFAULT_OFFSET,
+        *,
+        num_nextn_layers: int = 0,
+    ) -> IndexerSchedule:
+        """Layer ``l`` is full iff ``max(l - offset + 1, 0) % freq == 0`` (None means default)."""
+        _check_int(num_layers, "num_hidden_layers", minimum=1)
+        freq = DEFAULT_FREQ if freq is None else freq
+        offset = DEFAULT_OFFSET if offset is None else offset
+        _check_int(freq, "index_topk_freq", minimum=1)
+        # offset <= 0 would make layer 0 shared with nothing before it to reuse.
+        _check_int(offset, "index_skip_topk_offset", minimum=1)
+        types = tuple(
+            FULL if max(layer - offset + 1, 0) % freq == 0 else SHARED
+            for layer in range(num_layers)
+        )
+        return cls(types, num_nextn_layers, "index_topk_freq")
+
+    @classmethod
+    def from_pattern(cls, pattern: str, *, num_nextn_layers: int = 0) -> IndexerSchedule:
+        """Build from ``"FFSS..."`` (one letter per layer, F = full, S = shared)."""
+        if not isinstance(pattern, str):
+            raise ScheduleError(
+                f"index_topk_pattern must be a string of 'F'/'S' letters; got "
+                f'{type(pattern).__name__} {pattern!r}. Fix: write it as e.g. "FFSSSF...".'
+            )
+        bad = sorted({c for c in pattern if c not in "FS"})
+        if bad:
+            raise ScheduleError(
+                f"index_topk_pattern may hold only 'F' (full) and 'S' (shared); found {bad} in "
+                f"{pattern!r}. Fix: use one F or S per layer."
+            )
+        types = tuple(FULL if c == "F" else SHARED for c in pattern)
+        return cls(types, num_nextn_layers, "index_topk_pattern")
+
+    @classmethod
+    def from_indexer_types(
+        cls, indexer_types: Sequence[str], *, num_nextn_layers: int = 0
+    ) -> IndexerSchedule:
+        """Build from transformers' ``indexer_types`` list (``"full"``/``"shared"`` per layer)."""
+        if isinstance(indexer_types, str) or not isinstance(indexer_types, Sequence):
+            raise ScheduleError(
+                f"indexer_types must be a list of 'full'/'shared'; got "
+                f"{type(indexer_types).__name__} {indexer_types!r}."
+            )
+        return cls(tuple(indexer_types), num_nextn_layers, "indexer_types")
+
+    # Queries ----------------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        """Main-model layers (NextN layers not counted)."""
+        return len(self.indexer_types)
+
+    @property
+    def pattern(self) -> str:
+        """The schedule as ``"FFSS..."``."""
+        return "".join(_LETTER[t] for t in self.indexer_types)
+
+    @property
+    def full_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.indexer_types) if t == FULL)
+
+    @property
+    def shared_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.indexer_types) if t == SHARED)
+
+    @property
+    def num_full(self) -> int:
+        return len(self.full_layers)
+
+    @property
+    def num_shared(self) -> int:
+        return self.num_layers - self.num_full
+
+    @property
+    def shares(self) -> bool:
+        """True when at least one main layer reuses a carried top-k."""
+        return self.num_shared > 0
+
+    def kind(self, layer: int) -> LayerKind:
+        """``"full"``, ``"shared"`` or ``"nextn"`` for a main or NextN layer index."""
+        self._check_layer(layer)
+        return NEXTN if layer >= self.num_layers else self.indexer_types[layer]  # type: ignore[return-value]
+
+    def is_full(self, layer: int) -> bool:
+        return self.kind(layer) == FULL
+
+    def is_nextn(self, layer: int) -> bool:
+        return self.kind(layer) == NEXTN
+
+    def source_layer(self, layer: int) -> int:
+        """The full layer whose top-k main layer ``layer`` uses (itself when it is full)."""
+        if self.kind(layer) == NEXTN:
+            raise ScheduleError(
+                f"layer {layer} is a NextN layer; its top-k comes from the carry at run time, not "
+                f"from a fixed layer. Fix: ask source_layer() only for layers < {self.num_layers}."
+            )
+        while self.indexer_types[layer] != FULL:
+            layer -= 1
+        return layer
+
+    def next_layer_reuses(self, layer: int) -> bool:
+        """Whether the layer after ``layer`` reuses the top-k that ``layer`` leaves in the carry.
+
+        True when the next main layer is shared, or when the next layer is a NextN layer (NextN
+        reuses the target's top-k whenever one is carried, and the next MTP step reuses NextN's).
+        """
+        self._check_layer(layer)
+        nxt = layer + 1
+        if nxt < self.num_layers:
+            return self.indexer_types[nxt] == SHARED
+        return nxt < self.num_layers + self.num_nextn_layers
+
+    def _check_layer(self, layer: int) -> None:
+        total = self.num_layers + self.num_nextn_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < total:
+            raise ScheduleError(
+                f"layer must be an int in [0, {total}) ({self.num_layers} main + "
+                f"{self.num_nextn_layers} NextN layers); got {layer!r}."
+            )
+
+
+def schedule_from_config(
+    config: Mapping[str, Any] | Any, *, strict: bool = False
+) -> IndexerSchedule:
+    """Build the schedule from a config (a ``config.json`` dict or a transformers config object).
+
+    Reads ``num_hidden_layers``, ``num_nextn_predict_layers`` (default 0) and the first set field of
+    ``indexer_types`` > ``index_topk_pattern`` > ``index_topk_freq``/``index_skip_topk_offset``.
+
+    Args:
+        config: a mapping or an object with attributes.
+        strict: also require an explicit ``indexer_types`` to equal what the pattern (or else
+            freq/offset) gives, catching a stale list next to an edited ``index_topk_freq``. A
+            pattern overriding freq/offset is documented behaviour, not a conflict.
+
+    Raises:
+        ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, or (strict) the
+            fields disagree.
+    """
+    num_layers = _get(config, "num_hidden_layers")
+    _check_int(num_layers, "num_hidden_layers", minimum=1)
+    nextn = _get(config, "num_nextn_predict_layers")
+    nextn = 0 if nextn is None else nextn
+    _check_int(nextn, "num_nextn_predict_layers", minimum=0)
+    explicit = None
+    if (types := _get(config, "indexer_types")) is not None:
+        explicit = IndexerSchedule.from_indexer_types(types, num_nextn_layers=nextn)
+    derived = None
+    freq, offset = _get(config, "index_topk_freq"), _get(config, "index_skip_topk_offset")
+    if (pattern := _get(config, "index_topk_pattern")) is not None:
+        derived = IndexerSchedule.from_pattern(pattern, num_nextn_layers=nextn)
+    elif explicit is None or strict:
+        derived = IndexerSchedule.from_freq(num_layers, freq, offset, num_nextn_layers=nextn)
+    for cand in (explicit, derived):
+        if cand is not None and cand.num_layers != num_layers:
+            raise ScheduleError(
+                f"{cand.source} has {cand.num_layers} entries but num_hidden_layers is "
+                f"{num_layers}. Fix: give exactly one entry per layer."
+            )
+    stale = strict and explicit is not None and derived is not None
+    if stale and explicit.indexer_types != derived.indexer_types:  # type: ignore[union-attr]
+        detail = f" (freq={freq}, offset={offset})" if derived.source == "index_topk_freq" else ""
+        raise ScheduleError(
+            f"indexer_types gives {explicit.pattern} but {derived.source}{detail} gives "
+            f"{derived.pattern}; indexer_types takes priority, so one of them is stale. "
+            f"Fix: update or remove one of them."
+        )
+    chosen = explicit or derived
+    assert chosen is not None
+    return chosen
+
+
+def _get(config: Mapping[str, Any] | Any, key: str) -> Any:
+    if isinstance(config, Mapping):
+        return config.get(key)
+    return getattr(config, key, None)
+
+
+def _check_int(value: Any, name: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ScheduleError(
+            f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}."
+            + (" Fix: 1 means every layer runs its indexer." if name == "index_topk_freq" else "")
+            + (
+                " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
+                if name == "index_skip_topk_offset"
+                else ""
+            )
+        )
+
+
+def _check_types(types: tuple[str, ...], name: str) -> None:
+    if not types:
+        raise ScheduleError(f"{name} is empty; a model has at least one layer.")
+    bad = sorted({repr(t) for t in types if t not in (FULL, SHARED)})
+    if bad:
+        raise ScheduleError(
+            f"{name} may hold only 'full' and 'shared'; found {', '.join(bad)}. "
+            f"Fix: one 'full' or 'shared' per layer."
+        )
+    if types[0] != FULL:
+        first = "'S'" if name == "index_topk_pattern" else repr(types[0])
+        raise ScheduleError(
+            f"{name}[0] is {first}; layer 0 must be 'full' (F): a shared layer reuses the top-k "
+            f"of an earlier full layer and layer 0 has none. Fix: start the pattern with F."
+        )

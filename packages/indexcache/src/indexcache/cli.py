@@ -1,0 +1,182 @@
+"""``indexcache schedule``: print a model's per-layer F/S map and the indexer FLOPs it saves.
+
+    indexcache schedule --layers 78 --freq 4 [--offset 2 | --pattern FFSS...] [--seq-len 65536]
+    indexcache schedule --config /models/GLM-5.2 [--seq-len 65536] [--format json]
+
+Exit codes: 0 success, 2 bad input (the message says which argument and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from indexcache._flops import IndexerDims, schedule_savings
+from indexcache._schedule import IndexerSchedule, schedule_from_config
+from indexcache.errors import IndexCacheError
+
+ROW = 20  # layers per line of the F/S map
+
+
+class _UsageError(Exception):
+    """Bad command-line input, reported as ``error: ...`` with exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="indexcache", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("schedule", help="per-layer F/S map, full-layer count, FLOPs saved")
+    src = s.add_argument_group("schedule (or --config)")
+    src.add_argument("--layers", type=int, help="num_hidden_layers (main model)")
+    src.add_argument("--freq", type=int, help="index_topk_freq f (default 1)")
+    src.add_argument("--offset", type=int, help="index_skip_topk_offset o (default 2)")
+    src.add_argument("--pattern", help='index_topk_pattern, e.g. "FFSSSF..." (instead of --freq)')
+    src.add_argument("--nextn", type=int, default=0, help="NextN/MTP layers (default 0)")
+    src.add_argument("--config", type=Path, help="a model directory or its config.json")
+    s.add_argument("--seq-len", type=int, help="also give indexer FLOPs of one prefill this long")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``indexcache`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        schedule, dims, label = _resolve(args)
+        if args.seq_len is not None and args.seq_len < 1:
+            raise _UsageError(f"--seq-len must be >= 1; got {args.seq_len}.")
+        report = _report(schedule, dims, label, args.seq_len)
+    except (_UsageError, IndexCacheError) as exc:
+        print(f"indexcache: error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(_render_text(schedule, report))
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, str]:
+    flags = [f for f in ("layers", "freq", "offset", "pattern") if getattr(args, f) is not None]
+    if args.config is not None:
+        if flags or args.nextn:
+            extra = flags[0] if flags else "nextn"
+            raise _UsageError(f"--config takes the schedule from config.json; drop --{extra}.")
+        raw = _read_config(args.config)
+        sched = schedule_from_config(raw)
+        detail = sched.source
+        if sched.source == "index_topk_freq":
+            freq, offset = raw.get("index_topk_freq"), raw.get("index_skip_topk_offset")
+            detail = _freq_label(1 if freq is None else freq, 2 if offset is None else offset)
+        return sched, IndexerDims.from_config(raw), f"{args.config} ({detail})"
+    if args.pattern is not None:
+        if args.freq is not None or args.offset is not None:
+            raise _UsageError("--pattern replaces --freq/--offset; give one or the other.")
+        if args.layers is not None and args.layers != len(args.pattern):
+            raise _UsageError(
+                f"--pattern has {len(args.pattern)} letters but --layers is {args.layers}; "
+                f"give one letter per layer."
+            )
+        sched = IndexerSchedule.from_pattern(args.pattern, num_nextn_layers=_nextn(args.nextn))
+        return sched, IndexerDims(), f"index_topk_pattern={args.pattern}"
+    if args.layers is None:
+        raise _UsageError("give --layers (with --freq/--offset), --pattern, or --config.")
+    sched = IndexerSchedule.from_freq(
+        args.layers, args.freq, args.offset, num_nextn_layers=_nextn(args.nextn)
+    )
+    freq = 1 if args.freq is None else args.freq
+    offset = 2 if args.offset is None else args.offset
+    return sched, IndexerDims(), _freq_label(freq, offset)
+
+
+def _freq_label(freq: int, offset: int) -> str:
+    return f"index_topk_freq={freq}, index_skip_topk_offset={offset}"
+
+
+def _flop(n: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} FLOP"
+
+
+def _nextn(value: int) -> int:
+    if value < 0:
+        raise _UsageError(f"--nextn must be >= 0; got {value}.")
+    return value
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        raw = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise _UsageError(
+            f"{file} does not exist; give a model directory or config.json."
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _UsageError(f"cannot read {file} as JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise _UsageError(f"{file} must hold a JSON object; got {type(raw).__name__}.")
+    return raw
+
+
+def _report(
+    schedule: IndexerSchedule, dims: IndexerDims, label: str, seq_len: int | None
+) -> dict[str, Any]:
+    savings = schedule_savings(schedule, seq_len, dims)
+    return {
+        "schedule": label,
+        "source": schedule.source,
+        "num_layers": schedule.num_layers,
+        "num_nextn_layers": schedule.num_nextn_layers,
+        "pattern": schedule.pattern,
+        "full_layers": list(schedule.full_layers),
+        "num_full": schedule.num_full,
+        "num_shared": schedule.num_shared,
+        "next_layer_reuses": [
+            schedule.next_layer_reuses(i)
+            for i in range(schedule.num_layers + schedule.num_nextn_layers)
+        ],
+        "indexer_flops_saved_fraction": savings.saved_fraction,
+        "seq_len": seq_len,
+        "dims": vars(dims) if seq_len is not None else None,
+        "indexer_flops_unshared": savings.unshared_flops,
+        "indexer_flops_shared": savings.shared_flops,
+    }
+
+
+def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
+    width = len(str(schedule.num_layers - 1))
+    lines = [f"IndexCache schedule: {r['num_layers']} layers from {r['schedule']}"]
+    for start in range(0, schedule.num_layers, ROW):
+        end = min(start + ROW, schedule.num_layers)
+        chunk = schedule.pattern[start:end]
+        groups = " ".join(chunk[i : i + 5] for i in range(0, len(chunk), 5))
+        lines.append(f"  layers {start:>{width}}-{end - 1:<{width}}  {groups}")
+    lines.append(
+        f"full layers: {r['num_full']} of {r['num_layers']}: "
+        + ", ".join(map(str, r["full_layers"]))
+    )
+    lines.append(f"shared layers: {r['num_shared']} (reuse the nearest earlier full layer's top-k)")
+    if r["num_nextn_layers"]:
+        lines.append(
+            f"NextN layers: {r['num_nextn_layers']} (reuse the carried top-k; compute when none is)"
+        )
+    lines.append(
+        f"indexer FLOPs saved: {100 * r['indexer_flops_saved_fraction']:.1f}% "
+        f"({r['num_shared']} of {r['num_layers']} layers skip their indexer)"
+    )
+    if r["seq_len"] is not None:
+        d = r["dims"]
+        lines.append(
+            f"one {r['seq_len']:,}-token prefill (hidden {d['hidden_size']}, q_lora_rank "
+            f"{d['q_lora_rank']}, {d['index_n_heads']} x {d['index_head_dim']} indexer heads): "
+            f"{_flop(r['indexer_flops_unshared'])} unshared -> "
+            f"{_flop(r['indexer_flops_shared'])} shared"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""``indexcache schedule``: output, FLOPs, and every bad input (exit code 2, stderr says why)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from indexcache import IndexerDims, IndexerSchedule, indexer_flops, schedule_savings
+from indexcache.cli import main
+
+
+@pytest.fixture
+def run_line(capsys):
+    """Run the CLI in-process; print exit code, stdout and stderr on failure."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        print(f"exit={code}\nstdout:\n{out}\nstderr:\n{err}")
+        return code, out, err
+
+    return run
+
+
+def test_glm5_map(run_line):
+    code, out, err = run_line("schedule", "--layers", "78", "--freq", "4", "--offset", "2")
+    assert code == 0 and err == ""
+    assert out.splitlines()[:2] == [
+        "IndexCache schedule: 78 layers from index_topk_freq=4, index_skip_topk_offset=2",
+        "  layers  0-19  FFSSS FSSSF SSSFS SSFSS",
+    ]
+    assert "full layers: 21 of 78: 0, 1, 5, 9, 13," in out and out.count("\n") >= 7
+    assert "indexer FLOPs saved: 73.1% (57 of 78 layers skip their indexer)" in out
+
+
+def test_json_with_seq_len(run_line):
+    code, out, _ = run_line(
+        "schedule",
+        "--layers",
+        "78",
+        "--freq",
+        "4",
+        "--offset",
+        "3",
+        "--seq-len",
+        "65536",
+        "--nextn",
+        "1",
+        "--format",
+        "json",
+    )
+    assert code == 0
+    r = json.loads(out)
+    assert r["full_layers"][:4] == [0, 1, 2, 6] and r["num_full"] == 21
+    assert len(r["next_layer_reuses"]) == 79 and r["next_layer_reuses"][77] is True
+    per_layer = indexer_flops(65536, IndexerDims())
+    assert r["indexer_flops_unshared"] == 78 * per_layer
+    assert r["indexer_flops_shared"] == 21 * per_layer
+    assert r["indexer_flops_saved_fraction"] == pytest.approx(57 / 78)
+
+
+def test_pattern_and_defaults(run_line):
+    code, out, _ = run_line("schedule", "--pattern", "FFSF")
+    assert code == 0 and "full layers: 3 of 4: 0, 1, 3" in out
+    code, out, _ = run_line("schedule", "--layers", "5")
+    assert code == 0 and "index_topk_freq=1, index_skip_topk_offset=2" in out
+    assert "indexer FLOPs saved: 0.0%" in out
+
+
+def test_config_dir(run_line, tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 12,
+                "index_topk_freq": 4,
+                "index_skip_topk_offset": 3,
+                "hidden_size": 512,
+                "q_lora_rank": 64,
+                "index_n_heads": 4,
+                "index_head_dim": 32,
+            }
+        )
+    )
+    code, out, _ = run_line("schedule", "--config", str(tmp_path), "--seq-len", "100")
+    assert code == 0 and "full layers: 5 of 12: 0, 1, 2, 6, 10" in out
+    assert "(index_topk_freq=4, index_skip_topk_offset=3)" in out.splitlines()[0]
+    assert "hidden 512, q_lora_rank 64, 4 x 32" in out and "79.9 MFLOP unshared" in out
+
+
+def test_flops_formula_small_case():
+    dims = IndexerDims(hidden_size=4, q_lora_rank=2, index_n_heads=1, index_head_dim=3)
+    # proj 2*2*(2*3 + 4*3 + 4*1) = 88; pairs 2*1 + 3 = 5 with prefix 1; scoring 2*1*4*5 = 40
+    assert indexer_flops(2, dims, prefix_tokens=1) == 128
+    s = schedule_savings(IndexerSchedule.from_freq(78, 4, 2))
+    assert s.per_layer_flops is None and s.unshared_flops is None
+    assert s.saved_fraction == pytest.approx(57 / 78)
+
+
+BAD = {
+    "freq_zero": (["--layers", "8", "--freq", "0"], "index_topk_freq must be an integer >= 1"),
+    "offset_zero": (["--layers", "8", "--freq", "4", "--offset", "0"], "offset <= 0"),
+    "layers_zero": (["--layers", "0"], "num_hidden_layers must be an integer >= 1"),
+    "no_source": (["--freq", "4"], "give --layers"),
+    "pattern_and_freq": (["--pattern", "FFS", "--freq", "2"], "--pattern replaces --freq/--offset"),
+    "pattern_length": (
+        ["--pattern", "FFS", "--layers", "4"],
+        "--pattern has 3 letters but --layers is 4",
+    ),
+    "pattern_alphabet": (["--pattern", "FFx"], "only 'F' (full) and 'S'"),
+    "pattern_layer0": (["--pattern", "SFF"], "layer 0 must be 'full'"),
+    "seq_len_zero": (["--layers", "8", "--seq-len", "0"], "--seq-len must be >= 1"),
+    "nextn_negative": (["--layers", "8", "--nextn", "-1"], "--nextn must be >= 0"),
+    "config_and_flags": (
+        ["--config", ".", "--freq", "4"],
+        "--config takes the schedule from config.json; drop --freq",
+    ),
+    "config_missing": (["--config", "/nonexistent/model"], "does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_exits_2(run_line, case):
+    argv, message = BAD[case]
+    code, out, err = run_line("schedule", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("indexcache: error: ") and message in err
+
+
+@pytest.mark.parametrize(
+    "argv", [["schedule", "--layers", "four"], ["schedule", "--format", "xml"], [], ["frobnicate"]]
+)
+def test_argparse_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "usage: indexcache" in capsys.readouterr().err
+
+
+def test_bad_config_json(run_line, tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    code, _, err = run_line("schedule", "--config", str(tmp_path))
+    assert code == 2 and "cannot read" in err
+    (tmp_path / "config.json").write_text("[1, 2]")
+    code, _, err = run_line("schedule", "--config", str(tmp_path / "config.json"))
+    assert code == 2 and "must hold a JSON object; got list" in err
+
+
+def test_module_entry_point():
+    proc = subprocess.run(
+        [sys.executable, "-m", "indexcache", "schedule", "--layers", "6", "--freq", "2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "full layers: 4 of 6: 0, 1, 3, 5" in proc.stdout

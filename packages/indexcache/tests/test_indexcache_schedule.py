@@ -1,0 +1,219 @@
+"""The schedule: the DESIGN facts, priority of sources, validation, next_layer_reuses, NextN."""
+
+from __future__ import annotations
+
+import pytest
+from _indexcache_helpers import EXAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from indexcache import IndexerSchedule, ScheduleError, schedule_from_config
+
+
+def _formula(num_layers, freq, offset):
+    return tuple(max(i - offset + 1, 0) % freq == 0 for i in range(num_layers))
+
+
+# Facts -------------------------------------------------------------------------------------------
+def test_glm5_freq4_offset2_has_21_full_layers():
+    s = IndexerSchedule.from_freq(78, 4, 2)
+    assert s.full_layers == (0, 1, *range(5, 78, 4))
+    assert s.full_layers[-1] == 77
+    assert (s.num_full, s.num_shared) == (21, 57)
+    assert s.pattern.startswith("FFSSSFSSSF")
+
+
+def test_glm52_freq4_offset3():
+    s = IndexerSchedule.from_freq(78, 4, 3)
+    assert s.full_layers[:6] == (0, 1, 2, 6, 10, 14)
+    assert s.num_full == 21
+
+
+def test_defaults_are_freq1_offset2_all_full():
+    s = IndexerSchedule.from_freq(78)
+    assert s.num_full == 78 and not s.shares
+    assert schedule_from_config({"num_hidden_layers": 78}) == s
+    assert schedule_from_config({"num_hidden_layers": 5, "index_topk_freq": None}).num_full == 5
+
+
+@given(num_layers=st.integers(1, 120), freq=st.integers(1, 9), offset=st.integers(1, 9))
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_from_freq_is_the_formula(num_layers, freq, offset):
+    s = IndexerSchedule.from_freq(num_layers, freq, offset)
+    assert tuple(t == "full" for t in s.indexer_types) == _formula(num_layers, freq, offset)
+    assert s.indexer_types[0] == "full"
+    for layer in range(num_layers):
+        src = s.source_layer(layer)
+        assert s.is_full(src) and src <= layer
+        assert all(not s.is_full(j) for j in range(src + 1, layer + 1))
+
+
+# Sources and priority ----------------------------------------------------------------------------
+def test_pattern_and_indexer_types_round_trip():
+    s = IndexerSchedule.from_pattern("FSFFS")
+    assert s.indexer_types == ("full", "shared", "full", "full", "shared")
+    assert IndexerSchedule.from_indexer_types(list(s.indexer_types)).pattern == "FSFFS"
+
+
+def test_priority_indexer_types_then_pattern_then_freq():
+    cfg = {
+        "num_hidden_layers": 4,
+        "index_topk_freq": 2,
+        "index_topk_pattern": "FFSF",
+        "indexer_types": ["full", "shared", "shared", "shared"],
+    }
+    assert schedule_from_config(cfg).source == "indexer_types"
+    assert schedule_from_config(cfg).pattern == "FSSS"
+    del cfg["indexer_types"]
+    assert schedule_from_config(cfg).pattern == "FFSF"
+    del cfg["index_topk_pattern"]
+    assert schedule_from_config(cfg).pattern == "FFSF"  # freq 2, offset 2: 0, 1, 3 full
+    assert schedule_from_config(cfg).source == "index_topk_freq"
+
+
+def test_config_object_and_nextn():
+    class Cfg:
+        num_hidden_layers = 6
+        index_topk_freq = 2
+        index_skip_topk_offset = 1
+        num_nextn_predict_layers = 1
+
+    s = schedule_from_config(Cfg())
+    assert s.pattern == "FSFSFS" and s.num_nextn_layers == 1
+
+
+def test_strict_catches_a_stale_indexer_types():
+    # transformers 5.6-5.10 derive indexer_types with offset 2 whatever index_skip_topk_offset says.
+    stale = IndexerSchedule.from_freq(10, 4, 2).indexer_types
+    cfg = {
+        "num_hidden_layers": 10,
+        "index_topk_freq": 4,
+        "index_skip_topk_offset": 3,
+        "indexer_types": list(stale),
+    }
+    assert schedule_from_config(cfg).indexer_types == stale  # priority: not strict
+    with pytest.raises(ScheduleError, match=r"takes priority.*stale"):
+        schedule_from_config(cfg, strict=True)
+    cfg["index_skip_topk_offset"] = 2
+    assert schedule_from_config(cfg, strict=True).indexer_types == stale
+
+
+# Validation: every bad input, by name -----------------------------------------------------------
+BAD = {
+    "freq_zero": (
+        {"num_hidden_layers": 8, "index_topk_freq": 0},
+        r"index_topk_freq must be an integer >= 1",
+    ),
+    "freq_negative": ({"num_hidden_layers": 8, "index_topk_freq": -4}, r"index_topk_freq.*-4"),
+    "freq_float": ({"num_hidden_layers": 8, "index_topk_freq": 4.0}, r"index_topk_freq.*float"),
+    "freq_bool": ({"num_hidden_layers": 8, "index_topk_freq": True}, r"index_topk_freq.*bool"),
+    "freq_string": ({"num_hidden_layers": 8, "index_topk_freq": "4"}, r"index_topk_freq.*str"),
+    "offset_zero": (
+        {"num_hidden_layers": 8, "index_skip_topk_offset": 0},
+        r"offset <= 0 would make layer 0 shared",
+    ),
+    "offset_negative": (
+        {"num_hidden_layers": 8, "index_skip_topk_offset": -1},
+        r"index_skip_topk_offset",
+    ),
+    "layers_missing": (
+        {"index_topk_freq": 4},
+        r"num_hidden_layers must be an integer >= 1; got NoneType",
+    ),
+    "layers_zero": ({"num_hidden_layers": 0}, r"num_hidden_layers must be an integer >= 1"),
+    "nextn_negative": (
+        {"num_hidden_layers": 4, "num_nextn_predict_layers": -1},
+        r"num_nextn_predict_layers",
+    ),
+    "pattern_short": (
+        {"num_hidden_layers": 8, "index_topk_pattern": "FFSS"},
+        r"index_topk_pattern has 4 entries but num_hidden_layers is 8",
+    ),
+    "pattern_long": ({"num_hidden_layers": 2, "index_topk_pattern": "FFS"}, r"has 3 entries"),
+    "pattern_alphabet": (
+        {"num_hidden_layers": 4, "index_topk_pattern": "FfSX"},
+        r"only 'F' \(full\) and 'S'.*\['X', 'f'\]",
+    ),
+    "pattern_layer0_shared": (
+        {"num_hidden_layers": 3, "index_topk_pattern": "SFF"},
+        r"index_topk_pattern\[0\] is 'S'; layer 0 must be 'full'",
+    ),
+    "pattern_list": (
+        {"num_hidden_layers": 2, "index_topk_pattern": ["F", "S"]},
+        r"must be a string",
+    ),
+    "pattern_empty": (
+        {"num_hidden_layers": 2, "index_topk_pattern": ""},
+        r"index_topk_pattern is empty",
+    ),
+    "types_alphabet": (
+        {"num_hidden_layers": 2, "indexer_types": ["full", "dense"]},
+        r"only 'full' and 'shared'; found 'dense'",
+    ),
+    "types_layer0_shared": (
+        {"num_hidden_layers": 2, "indexer_types": ["shared", "full"]},
+        r"indexer_types\[0\] is 'shared'",
+    ),
+    "types_length": (
+        {"num_hidden_layers": 3, "indexer_types": ["full", "shared"]},
+        r"indexer_types has 2 entries but num_hidden_layers is 3",
+    ),
+    "types_string": (
+        {"num_hidden_layers": 2, "indexer_types": "FS"},
+        r"indexer_types must be a list",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_settings_raise_clear_errors(case):
+    cfg, message = BAD[case]
+    with pytest.raises(ScheduleError, match=message):
+        schedule_from_config(cfg)
+
+
+def test_schedule_errors_are_value_errors():
+    with pytest.raises(ValueError, match="Fix:"):
+        IndexerSchedule.from_freq(8, freq=0)
+
+
+# next_layer_reuses, kinds, NextN ----------------------------------------------------------------
+def test_next_layer_reuses_each_layer():
+    s = IndexerSchedule.from_freq(10, 4, 2)  # FFSSSFSSSF
+    assert [s.next_layer_reuses(i) for i in range(10)] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_nextn_layer_kind_and_reuse():
+    s = IndexerSchedule.from_freq(6, 2, 2, num_nextn_layers=2)
+    assert [s.kind(i) for i in range(8)] == [
+        "full",
+        "full",
+        "shared",
+        "full",
+        "shared",
+        "full",
+        "nextn",
+        "nextn",
+    ]
+    assert s.next_layer_reuses(5)  # the last target layer's top-k is carried into NextN
+    assert s.next_layer_reuses(6) and not s.next_layer_reuses(7)
+    assert s.is_nextn(6) and not s.is_full(6)
+    with pytest.raises(ScheduleError, match="NextN layer"):
+        s.source_layer(6)
+
+
+@pytest.mark.parametrize("layer", [-1, 8, True, 1.0])
+def test_layer_out_of_range(layer):
+    s = IndexerSchedule.from_freq(6, 2, 2, num_nextn_layers=2)
+    with pytest.raises(ScheduleError, match=r"layer must be an int in \[0, 8\)"):
+        s.kind(layer)

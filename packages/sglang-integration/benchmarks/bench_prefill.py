@@ -1,0 +1,485 @@
+"""Reference-engine prefill per layer under CP, plus the contamination table, on GPUs.
+
+Two parts, one run:
+
+1. ``validate``: every cpkv-validate scenario on the GPU (tiny model, float64), cp 1 on one GPU
+   and cp N over NCCL, both splits, with the per-request inverse (must PASS) and the legacy one
+   (must FAIL); the tables go into ``validate.md``.
+2. ``prefill``: one request of 32K / 128K tokens prefilled in one chunk through the reference
+   engine with GLM-5 attention dimensions (64 heads, kv_lora 512 + rope 64 = 576-wide latent,
+   indexer 32 x 128, top-k 2048, page 64, bf16), cp 1 vs cp 2 (NCCL). Reported: wall time per
+   layer (p50/p20/p80 over ``--reps``), and the part of it spent in the cpkv_runtime ops
+   (plan_layout, materialize, fill_current, remap_locs), per backend (``--backends``).
+
+Writes ``validate.json`` (rows), ``validate.png`` (ms/layer vs tokens) and ``validate.md`` under
+``--out``. Runs with plain ``python3`` and ``PYTHONPATH=packages/*/src`` (no install needed).
+
+    python3 packages/sglang-integration/benchmarks/bench_prefill.py --cp 1 2 --out docs/benchmarks
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from sglang_cpkv.validate import PRESETS, Engine, Options, init_weights, run_reference_many
+from sglang_cpkv.validate import _engine as engine_mod
+from sglang_cpkv.validate import _step as step_mod
+from sglang_cpkv.validate._dist import free_port
+from sglang_cpkv.validate._rt import DistComm, LocalComm
+from sglang_cpkv.validate._runner import DTYPES
+
+KERNEL_BACKENDS = "cpkv_kernels._registry:triton_backend,cpkv_kernels._registry:cuda_backend"
+
+
+def _register_kernels() -> str:
+    """Make the Triton/CUDA backends visible when cpkv-kernels is on PYTHONPATH, not installed.
+
+    Registers them in this process and sets ``CPKV_EXTRA_BACKENDS`` so the CP worker processes
+    (spawned later, they inherit the environment) find them too.
+    """
+    try:
+        import cpkv_kernels
+    except ImportError as exc:
+        return f"cpkv_kernels not importable ({exc}); torch backend only"
+    os.environ.setdefault("CPKV_EXTRA_BACKENDS", KERNEL_BACKENDS)
+    try:
+        cpkv_kernels.register()
+        return "cpkv_kernels registered"
+    except Exception as exc:  # report, keep benchmarking the torch backend
+        return f"cpkv_kernels.register() failed: {type(exc).__name__}: {exc}"
+
+
+class _OpTimer:
+    """Wraps the cpkv_runtime ops the engine calls; sums their CUDA-event (or CPU wall) time."""
+
+    # Where the engine looks each op up (patched there for the duration of a run).
+    SITES: ClassVar[dict[str, object]] = {
+        "plan_layout": engine_mod,
+        "materialize": step_mod,
+        "fill_current": step_mod,
+        "remap_locs": step_mod,
+    }
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda, self.events, self.cpu_ms = cuda, [], 0.0
+        self.orig = {n: getattr(mod, n) for n, mod in self.SITES.items()}
+        for n, fn in self.orig.items():
+            setattr(self.SITES[n], n, self._wrap(fn))
+
+    def _wrap(self, fn):
+        def timed(*a, **k):
+            if not self.cuda:
+                t0 = time.perf_counter()
+                out = fn(*a, **k)
+                self.cpu_ms += (time.perf_counter() - t0) * 1e3
+                return out
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn(*a, **k)
+            end.record()
+            self.events.append((start, end))
+            return out
+
+        return timed
+
+    def take_ms(self) -> float:
+        if not self.cuda:
+            ms, self.cpu_ms = self.cpu_ms, 0.0
+            return ms
+        torch.cuda.synchronize()
+        ms = sum(s.elapsed_time(e) for s, e in self.events)
+        self.events.clear()
+        return ms
+
+    def restore(self) -> None:
+        for n, fn in self.orig.items():
+            setattr(self.SITES[n], n, fn)
+
+
+def _sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, list]:
+    """Prefill one request of ``tokens`` tokens in one chunk, ``warmup + reps`` times."""
+    cuda, layers = args.device == "cuda", args.layers
+    cfg = PRESETS[args.preset].with_(num_hidden_layers=layers, index_topk_freq=1)
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    w = init_weights(cfg, seed=0, dtype=DTYPES[args.dtype], device=dev)
+    pages = -(-tokens // cfg.page_size) + 8
+    eng = Engine(
+        cfg,
+        w,
+        num_pages=pages,
+        comm=comm,
+        split="zigzag",
+        prefix_cache=False,
+        backend=backend,
+        q_chunk=args.q_chunk,
+        stable_topk=False,
+    )
+    ids = torch.randint(0, 448, (tokens,), generator=torch.Generator().manual_seed(1)).tolist()
+    timer = _OpTimer(cuda)
+    walls, ops = [], []
+    try:
+        for rep in range(args.warmup + args.reps):
+            name = f"r{rep}"
+            eng.admit(name, ids)
+            if comm.world > 1:
+                dist.barrier()
+            _sync(cuda)
+            timer.take_ms()
+            t0 = time.perf_counter()
+            eng.step([(name, tokens)])
+            _sync(cuda)
+            if comm.world > 1:
+                dist.barrier()
+            wall = (time.perf_counter() - t0) * 1e3 / layers
+            op_ms = timer.take_ms() / layers
+            eng.finish(name)
+            if rep >= args.warmup:
+                walls.append(wall)
+                ops.append(op_ms)
+    finally:
+        timer.restore()
+    del eng, w
+    if cuda:
+        torch.cuda.empty_cache()
+    return walls, ops
+
+
+def _quantiles(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return {"p50": xs[0], "p20": xs[0], "p80": xs[0]}
+    q = statistics.quantiles(xs, n=10, method="inclusive")
+    return {"p50": statistics.median(xs), "p20": q[1], "p80": q[7]}
+
+
+def _cases(args):
+    return [(t, b) for t in args.tokens for b in args.backends]
+
+
+def _worker(rank: int, args, cp: int, port: int, path: str) -> None:
+    _register_kernels()
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)
+    extra = {"device_id": torch.device("cuda", rank)} if cuda else {}
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=cp,
+        **extra,
+    )
+    try:
+        out = [(t, b, *_time_prefill(args, t, b, DistComm())) for t, b in _cases(args)]
+        if rank == 0:
+            Path(path).write_text(json.dumps(out))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _prefill_rows(args, meta) -> list[dict]:
+    rows = []
+    for cp in args.cp:
+        if cp == 1:
+            res = [(t, b, *_time_prefill(args, t, b, LocalComm())) for t, b in _cases(args)]
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / "prefill.json"
+                mp.spawn(_worker, args=(args, cp, free_port(), str(path)), nprocs=cp, join=True)
+                res = json.loads(path.read_text())
+        for tokens, backend, walls, ops in res:
+            for op, xs in (("prefill_layer", walls), ("cpkv_ops_per_layer", ops)):
+                rows.append(
+                    {
+                        "op": op,
+                        "provider": backend or "auto",
+                        "case": f"tokens={tokens} cp={cp}",
+                        "tokens": tokens,
+                        "cp": cp,
+                        "device": args.device,
+                        "model": f"{args.preset} {args.dtype} layers={args.layers}",
+                        **_quantiles(xs),
+                        "unit": "ms",
+                        **meta,
+                    }
+                )
+    return rows
+
+
+def _validate_rows(args, meta) -> tuple[list[dict], list[str]]:
+    rows, md = [], []
+    for cp in args.cp:
+        runs = [
+            Options(scenarios=list(args.scenarios), cp=cp, split=s, inverse=i, device=args.device)
+            for s in ("zigzag", "interleave")
+            for i in ("per-request", "legacy")
+        ]
+        t0 = time.perf_counter()
+        results = run_reference_many(runs)
+        wall = time.perf_counter() - t0
+        for o, res in zip(runs, results, strict=True):
+            expect_ok = o.inverse == "per-request"
+            good = all(s.ok == expect_ok for s in res)
+            md.append(
+                f"\n#### cp={cp} split={o.split} inverse={o.inverse} — "
+                f"{'as expected' if good else 'UNEXPECTED'}\n"
+            )
+            md.append(
+                "| scenario | requests | rows | max abs diff | verdict | leaks (victim ← source) |"
+            )
+            md.append("|---|---:|---:|---:|---|---|")
+            for s in res:
+                worst = max(r.max_abs_diff for r in s.requests)
+                leaks = ", ".join(
+                    f"{r.request} ← {'/'.join(r.leak_sources) or '?'}"
+                    for r in s.requests
+                    if r.verdict == "FAIL"
+                )
+                md.append(
+                    f"| {s.name} | {len(s.requests)} | {sum(r.rows for r in s.requests)} | "
+                    f"{worst:.2e} | {'PASS' if s.ok else 'FAIL'} | {leaks or '—'} |"
+                )
+                for r in s.requests:
+                    rows.append(
+                        {
+                            "op": "validate",
+                            "provider": args.backends[0] or "auto",
+                            "case": f"cp={cp} split={o.split} inverse={o.inverse} "
+                            f"{s.name}/{r.request}",
+                            "device": args.device,
+                            "cp": cp,
+                            "verdict": r.verdict,
+                            "max_abs_diff": r.max_abs_diff,
+                            "leak_sources": r.leak_sources,
+                            **meta,
+                        }
+                    )
+            print(
+                f"validate cp={cp} {o.split} {o.inverse}: "
+                f"{sum(s.ok for s in res)}/{len(res)} scenarios PASS "
+                f"({'as expected' if good else 'UNEXPECTED'})"
+            )
+        md.append(f"\n(cp={cp}: 4 runs in {wall:.1f}s)\n")
+    return rows, md
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for op, style in (("prefill_layer", "-o"), ("cpkv_ops_per_layer", "--x")):
+        keys = sorted({(r["where"], r["cp"], r["provider"]) for r in rows if r["op"] == op})
+        for where, cp, prov in keys:
+            pts = sorted(
+                (r["tokens"], r["p50"])
+                for r in rows
+                if r["op"] == op and (r["where"], r["cp"], r["provider"]) == (where, cp, prov)
+            )
+            label = f"{'layer' if op == 'prefill_layer' else 'cpkv ops'} cp={cp} {prov} ({where})"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prefill tokens (one request, one chunk)")
+    ax.set_ylabel("ms per layer (p50)")
+    ax.set_title("cpkv-validate reference engine: prefill time per layer")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _prefill_table(prows: list[dict]) -> list[str]:
+    lines = [
+        "| tokens | cp | provider | ms/layer p50 (p20–p80) | cpkv ops ms/layer | vs cp 1 |",
+        "|---:|---:|---|---:|---:|---:|",
+    ]
+    base = {
+        (r["tokens"], r["provider"]): r["p50"]
+        for r in prows
+        if r["op"] == "prefill_layer" and r["cp"] == 1
+    }
+    for r in (r for r in prows if r["op"] == "prefill_layer"):
+        op = next(
+            x
+            for x in prows
+            if x["op"] == "cpkv_ops_per_layer"
+            and x["case"] == r["case"]
+            and x["provider"] == r["provider"]
+        )
+        ref = base.get((r["tokens"], r["provider"]))
+        ratio = f"{ref / r['p50']:.2f}x" if ref else "—"
+        lines.append(
+            f"| {r['tokens']} | {r['cp']} | {r['provider']} | {r['p50']:.1f} "
+            f"({r['p20']:.1f}–{r['p80']:.1f}) | {op['p50']:.2f} | {ratio} |"
+        )
+        print(
+            f"tokens={r['tokens']:>6} cp={r['cp']} | {r['provider']:6s} | {r['p50']:9.1f} "
+            f"ms/layer | cpkv ops {op['p50']:7.2f} ms/layer | {ratio} vs cp 1"
+        )
+    return lines
+
+
+def _splice(doc: str, key: str, section: str) -> str:
+    """Replace the section between ``<!-- key:begin -->`` and ``<!-- key:end -->`` (or append)."""
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    block = f"{begin}\n{section.rstrip()}\n{end}"
+    if begin in doc and end in doc:
+        return doc[: doc.index(begin)] + block + doc[doc.index(end) + len(end) :]
+    return doc.rstrip() + "\n\n" + block + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default=None,
+        help="cuda (default when visible; NCCL) or cpu (gloo, tiny model)",
+    )
+    p.add_argument("--cp", type=int, nargs="+", default=[1, 2], help="CP sizes (one GPU per rank)")
+    p.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        default=None,
+        help="prefill lengths (default 32768 131072 on cuda, 1024 4096 on cpu)",
+    )
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        default=["auto", "torch"],
+        help="cpkv_runtime backends compared side by side (auto = cuda > triton > torch)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="model dims (default glm5 on cuda, tiny on cpu)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default=None,
+        help="prefill dtype (default bfloat16 on cuda, float32 on cpu)",
+    )
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--layers", type=int, default=2, help="layers, every one a full indexer layer")
+    p.add_argument("--q-chunk", type=int, default=256, help="queries per indexer/attention chunk")
+    p.add_argument("--scenarios", nargs="+", default=None, help="validate scenarios (default all)")
+    p.add_argument("--skip-validate", action="store_true")
+    p.add_argument("--skip-prefill", action="store_true")
+    p.add_argument(
+        "--doc",
+        default="docs/benchmarks/validate.md",
+        help="markdown to update (its section for this machine is replaced)",
+    )
+    p.add_argument("--out", default="docs/benchmarks", help="where validate.{md,json,png} go")
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    args.device = args.device or ("cuda" if cuda else "cpu")
+    if args.device == "cuda":
+        if not cuda:
+            p.error("--device cuda: no CUDA device visible")
+        if max(args.cp) > torch.cuda.device_count():
+            p.error(
+                f"--cp {max(args.cp)} needs that many GPUs; {torch.cuda.device_count()} visible"
+            )
+    gpu = args.device == "cuda"
+    args.tokens = args.tokens or ([32768, 131072] if gpu else [1024, 4096])
+    args.preset = args.preset or ("glm5" if gpu else "tiny")
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    from sglang_cpkv.validate import scenario_names
+
+    args.scenarios = args.scenarios or scenario_names()
+    args.backends = [None if b == "auto" else b for b in args.backends]
+    torch.backends.cuda.matmul.allow_tf32 = True  # the indexer's fp32 scores; DeepGEMM uses fp8
+    if not gpu:
+        torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kernels = _register_kernels()
+    where = (
+        f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+        if gpu
+        else f"CPU x{os.cpu_count()}"
+    )
+    meta = {
+        "where": where,
+        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "pkg_version": "0.1.0",
+        "kernels": kernels,
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python3", *sys.argv]),
+    }
+    print(f"{where}, torch {meta['torch']}, {kernels}")
+    vrows, md = ([], []) if args.skip_validate else _validate_rows(args, meta)
+    prows = [] if args.skip_prefill else _prefill_rows(args, meta)
+    lines = _prefill_table(prows) if prows else []
+    # Merge with the rows other machines recorded (this machine's rows are replaced).
+    old_json = Path(args.doc).with_suffix(".json")
+    rows = [
+        r
+        for r in (json.loads(old_json.read_text()) if old_json.exists() else [])
+        if r.get("where") != where
+    ]
+    rows += vrows + prows
+    (out / "validate.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    all_prefill = [r for r in rows if r["op"] in ("prefill_layer", "cpkv_ops_per_layer")]
+    if all_prefill:
+        _plot(all_prefill, out / "validate.png")
+    model = PRESETS[args.preset]
+    section = [
+        f"### {where} — torch {meta['torch']}, CUDA {meta['cuda']}, {meta['timestamp']}",
+        "",
+        f"Command: `{meta['command']}`. Kernels: {kernels}.",
+        "",
+    ]
+    if lines:
+        section += [
+            f"Prefill time per layer: one request prefilled in one chunk, `{args.preset}` dims "
+            f"({model.num_attention_heads} heads, latent {model.latent_dim}, indexer "
+            f"{model.index_n_heads}x{model.index_head_dim}, top-k {model.index_topk}, page "
+            f"{model.page_size}), {args.dtype}, zigzag split, {args.layers} full layers; "
+            f"p50 of {args.reps} after {args.warmup} warm-up.",
+            "",
+            *lines,
+            "",
+        ]
+    section += md
+    doc = Path(args.doc).read_text() if Path(args.doc).exists() else "# cpkv-validate\n"
+    (out / "validate.md").write_text(_splice(doc, f"results {where}", "\n".join(section)))
+    print(
+        f"wrote {out}/validate.json, {out}/validate.md" + (", validate.png" if all_prefill else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

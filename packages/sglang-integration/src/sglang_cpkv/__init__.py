@@ -1,0 +1,35 @@
+"""cpkv for SGLang: the plugin, cpkv-serve and cpkv-validate.
+
+Importing this package does not import sglang or torch: the plugin's hooks import SGLang when
+SGLang's ``load_plugins()`` runs them.
+"""
+
+# Plugin
+from sglang_cpkv._version_guard import SUPPORTED_RANGE, check_sglang_version
+
+# Errors
+from sglang_cpkv.errors import (
+    CpkvSGLangError,
+    DsaBackendError,
+    HookDriftError,
+    PluginRefused,
+    UnsupportedSGLangError,
+)
+from sglang_cpkv.plugin import activate, load, registered_hooks
+
+__version__ = "0.1.0"
+
+__all__ = [  # noqa: RUF022 (grouped by topic, house style)
+    # Plugin
+    "SUPPORTED_RANGE",
+    "activate",
+    "check_sglang_version",
+    "load",
+    "registered_hooks",
+    # Errors
+    "CpkvSGLangError",
+    "DsaBackendError",
+    "HookDriftError",
+    "PluginRefused",
+    "UnsupportedSGLangError",
+]

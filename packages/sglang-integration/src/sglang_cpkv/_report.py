@@ -1,0 +1,166 @@
+"""What ``cpkv-serve --dry-run`` prints: the resolved deployment, as a dict and as text.
+
+Sections: backends and why, KV dtype and row layout, CP/parallel layout, the IndexCache schedule
+(full layers), the DeepGEMM warmup plan (Ms per kernel type), and every plugin decision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sglang_cpkv import _decisions
+
+_FIELDS = (
+    "model_path", "tp_size", "attn_dp_size", "attn_cp_size", "ep_size", "enable_prefill_cp",
+    "cp_strategy", "disaggregation_mode", "chunked_prefill_size", "page_size", "kv_cache_dtype",
+    "attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "enable_two_batch_overlap",
+    "speculative_algorithm", "moe_a2a_backend", "moe_runner_backend", "fp8_gemm_runner_backend",
+)  # fmt: skip
+
+
+def kv_row_layout(
+    kv_cache_dtype: str, prefill: str | None, decode: str | None, mode: str, lora: int, rope: int
+) -> dict[str, Any]:
+    """Bytes per token per layer of the MLA KV pool, by SGLang's ``calculate_mla_kv_cache_dim``.
+
+    fp8 is raw (``lora + rope`` fp8 bytes) when the local role's backend is trtllm (either
+    side outside PD), else packed (``lora`` fp8 + ``lora/128`` fp32 scales + ``rope`` bf16).
+    """
+    if kv_cache_dtype != "fp8_e4m3":
+        return {"layout": "bf16", "bytes_per_token": (lora + rope) * 2}
+    roles = {"prefill": (prefill,), "decode": (decode,)}.get(mode, (prefill, decode))
+    if "trtllm" in roles:
+        return {"layout": "raw fp8 (trtllm)", "bytes_per_token": lora + rope}
+    return {"layout": "packed fp8 (FlashMLA)", "bytes_per_token": lora + lora // 128 * 4 + rope * 2}
+
+
+def _warmup_section(hf_config: Any, resolved: dict[str, Any], server_args: Any) -> dict[str, Any]:
+    from deepgemm_compat.warmup import GLM51, glm51_shapes
+
+    from sglang_cpkv.hooks.deepgemm_warmup import plan, warmup_inputs
+
+    quant = getattr(hf_config, "quantization_config", None) or {}
+    if not isinstance(quant, dict) or quant.get("quant_method") != "fp8":
+        return {"note": "no block-FP8 GEMMs: DeepGEMM warmup does not apply"}
+    inputs = warmup_inputs(server_args)
+    tp, dp, cp = resolved["tp_size"], resolved["attn_dp_size"], resolved["attn_cp_size"]
+    mode = resolved["disaggregation_mode"]
+    moe = {"prefill": "contiguous", "decode": "masked"}.get(mode, "both")
+    config = {k: getattr(hf_config, k) for k in GLM51 if hasattr(hf_config, k)}
+    shapes = glm51_shapes(
+        attn_tp=max(tp // (dp * cp), 1), ep=resolved["ep_size"], moe=moe, draft=inputs.draft,
+        config=config,
+    )  # fmt: skip
+    p = plan(shapes, inputs)
+    kernels: dict[str, dict[str, Any]] = defaultdict(dict)
+    for e in p.entries:
+        row = kernels[e.shape.kernel.value]
+        row.setdefault("shapes", 0)
+        row["shapes"] += 1
+        row["ms"], row["m_max"] = len(e.after), max(e.after, default=0)
+        row["sglang_ms"], row["sglang_m_max"] = len(e.before), max(e.before, default=0)
+        row["reason"] = e.reason
+    return {
+        "inputs": inputs.__dict__, "dense_m_max": p.dense_m_max, "m_max": p.m_max,
+        "total_ms": p.after_total, "sglang_total_ms": p.before_total, "kernels": dict(kernels),
+    }  # fmt: skip
+
+
+def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[str, Any]:
+    """The dry-run report of a resolved ``ServerArgs`` record (JSON-serialisable)."""
+    from indexcache import schedule_savings
+    from sglang.srt.arg_groups.overrides import model_config_of, resolution_result
+    from sglang.srt.configs.model_config import is_deepseek_dsa
+
+    from sglang_cpkv._version_guard import installed_sglang_version
+    from sglang_cpkv.hooks.indexcache_overrides import effective_schedule
+
+    resolved = {f: resolution_result(server_args, f) for f in _FIELDS}
+    hf = model_config_of(server_args).hf_config
+    dsa = is_deepseek_dsa(hf)
+    kv = {"layout": "not a DSA model (see SGLang's log)", "bytes_per_token": None}
+    if dsa:
+        kv = kv_row_layout(
+            resolved["kv_cache_dtype"], resolved["dsa_prefill_backend"],
+            resolved["dsa_decode_backend"], resolved["disaggregation_mode"],
+            hf.kv_lora_rank, hf.qk_rope_head_dim,
+        )  # fmt: skip
+    report: dict[str, Any] = {
+        "sglang": installed_sglang_version(),
+        "gpu": {"capability": list(capability) if capability else None},
+        "model": {
+            "path": resolved["model_path"],
+            "architecture": hf.architectures[0],
+            "num_hidden_layers": hf.num_hidden_layers,
+        },
+        "resolved": resolved,
+        "kv_cache": {"dtype": resolved["kv_cache_dtype"], "page_size": resolved["page_size"], **kv},
+    }
+    if dsa:
+        schedule = effective_schedule(hf)
+        report["indexcache"] = {
+            "num_layers": schedule.num_layers, "num_full": schedule.num_full,
+            "full_layers": list(schedule.full_layers), "pattern": schedule.pattern,
+            "saved_fraction": schedule_savings(schedule).saved_fraction,
+        }  # fmt: skip
+    report["warmup"] = (
+        _warmup_section(hf, resolved, server_args)
+        if dsa
+        else {"note": "the warmup plan knows the GEMM shapes of DSA models only"}
+    )
+    report["decisions"] = [d.__dict__ for d in _decisions.decisions()]
+    return report
+
+
+def render_text(r: dict[str, Any]) -> str:
+    """The report as aligned plain text."""
+    res, kv, gpu = r["resolved"], r["kv_cache"], r["gpu"]["capability"]
+    why = defaultdict(list)
+    for d in r["decisions"]:
+        why[d["topic"]].append(f"{d['message']} ({d['reason']})")
+    sm = f"SM{gpu[0]}{gpu[1]} (emulated)" if gpu else "local GPU"
+    cp = f"on, {res['cp_strategy']}" if res["enable_prefill_cp"] else "off"
+    out = [
+        f"cpkv-serve --dry-run: {r['model']['architecture']} ({r['model']['num_hidden_layers']} "
+        f"layers) from {r['model']['path']} on {sm}, sglang {r['sglang']}",
+        "",
+        "Backends",
+        f"  attention {res['attention_backend']}; DSA prefill {res['dsa_prefill_backend']}, "
+        f"DSA decode {res['dsa_decode_backend']}",
+        *(f"  why: {w}" for w in why["dsa-backends"]),
+        "KV cache",
+        f"  {kv['dtype']}, page size {kv['page_size']}, {kv['layout']}"
+        + (f": {kv['bytes_per_token']} B/token/layer" if kv["bytes_per_token"] else ""),
+        "Parallelism",
+        f"  tp {res['tp_size']}, attention dp {res['attn_dp_size']}, attention cp "
+        f"{res['attn_cp_size']} (prefill CP {cp}), "
+        f"ep {res['ep_size']}, PD mode {res['disaggregation_mode']}, chunked prefill "
+        f"{res['chunked_prefill_size']}, speculative {res['speculative_algorithm']}",
+    ]
+    if "indexcache" in r:
+        ic = r["indexcache"]
+        out += [
+            "IndexCache",
+            f"  {ic['num_full']}/{ic['num_layers']} layers run the indexer "
+            f"({ic['saved_fraction']:.1%} of indexer FLOPs saved): full layers {ic['full_layers']}",
+            *(f"  why: {w}" for w in why["indexcache"] + why["config"]),
+            f"  two-batch overlap: {'on' if res['enable_two_batch_overlap'] else 'off'}"
+            + "".join(f"; {w}" for w in why["tbo"]),
+        ]
+    w = r["warmup"]
+    out.append("DeepGEMM warmup")
+    if "kernels" in w:
+        out.append(
+            f"  {w['total_ms']} kernel Ms in all (SGLang: {w['sglang_total_ms']}); it applies to "
+            f"the GEMMs DeepGEMM runs (fp8 GEMM runner {res['fp8_gemm_runner_backend']}, MoE "
+            f"runner {res['moe_runner_backend']})"
+        )
+        for name, k in sorted(w["kernels"].items()):
+            out.append(
+                f"  {name}: {k['ms']} Ms up to {k['m_max']} per shape, {k['shapes']} shapes "
+                f"(SGLang: {k['sglang_ms']} up to {k['sglang_m_max']}); {k['reason']}"
+            )
+    else:
+        out.append(f"  {w['note']}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,42 @@
+"""Exceptions raised by the SGLang plugin and ``cpkv-serve``.
+
+```
+CpkvSGLangError
+ ├── UnsupportedSGLangError(RuntimeError)  the installed sglang is outside the tested range
+ ├── HookDriftError(RuntimeError)          a hook target's signature no longer matches
+ └── DsaBackendError(ValueError)           DSA prefill/decode backends cannot share the KV pool
+PluginRefused(SystemExit)                  what the entry point raises for any of the above
+```
+
+``sglang.srt.plugins.load_plugins()`` logs and swallows every ``Exception`` a plugin raises and
+then serves without it. A plugin that refuses must stop the process instead, so the entry point
+turns a :class:`CpkvSGLangError` into :class:`PluginRefused`, a ``SystemExit`` that carries the
+message to stderr. Resolution errors (:class:`DsaBackendError`) are raised inside SGLang's
+argument resolution, which does not swallow them, and stay ``ValueError`` like SGLang's own.
+"""
+
+from __future__ import annotations
+
+
+class CpkvSGLangError(Exception):
+    """Base class of the plugin's errors."""
+
+
+class UnsupportedSGLangError(CpkvSGLangError, RuntimeError):
+    """The installed sglang release is outside the range this plugin was tested against."""
+
+
+class HookDriftError(CpkvSGLangError, RuntimeError):
+    """A hook target is missing or its signature differs from the one the hook was written for."""
+
+
+class DsaBackendError(CpkvSGLangError, ValueError):
+    """The DSA prefill and decode backends cannot run together on this GPU and KV-cache dtype."""
+
+
+class PluginRefused(SystemExit):
+    """The plugin refused to load; raised from the entry point so ``load_plugins()`` cannot
+    swallow it (it catches ``Exception``, and ``SystemExit`` is not one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"sglang-cpkv plugin refused to load: {message}")

@@ -1,0 +1,105 @@
+"""The SGLang plugin entry point: ``[project.entry-points."sglang.srt.plugins"] cpkv``.
+
+SGLang's ``load_plugins()`` runs :func:`load` in the launcher, in ``Engine.__init__`` and at the
+start of every scheduler (and detokenizer / DP controller) process, then calls
+``HookRegistry.apply_hooks()``. :func:`load` checks the sglang version, checks every hook target's
+signature, and only then registers the hooks, so a refusal leaves SGLang unpatched. It raises
+:class:`~sglang_cpkv.errors.PluginRefused` (a ``SystemExit``) on refusal, because
+``load_plugins()`` logs and swallows ordinary exceptions and would serve without the fixes.
+
+Env vars:
+    ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
+    ``CPKV_DISABLE_HOOKS``: comma-separated hook names to skip, e.g. ``deepgemm-warmup``
+        (default: none; names in ``sglang_cpkv.hooks.SPECS``).
+    ``SGLANG_PLUGINS`` (SGLang's): when set, a whitelist that must include ``cpkv``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sglang_cpkv._version_guard import check_sglang_version
+from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused
+
+logger = logging.getLogger("sglang_cpkv")
+
+ENTRY_POINT_GROUP = "sglang.srt.plugins"
+ENTRY_POINT_NAME = "cpkv"
+DISABLE_ENV = "CPKV_DISABLE_HOOKS"
+
+_registered: tuple[str, ...] | None = None
+
+
+def enabled_specs(env: dict[str, str] | None = None) -> tuple:
+    """The hook specs to register: ``SPECS`` minus the names in ``CPKV_DISABLE_HOOKS``.
+
+    Raises:
+        HookDriftError: ``CPKV_DISABLE_HOOKS`` names a hook that does not exist.
+    """
+    from sglang_cpkv.hooks import SPECS
+
+    env = os.environ if env is None else env
+    disabled = {n.strip() for n in env.get(DISABLE_ENV, "").split(",") if n.strip()}
+    unknown = disabled - {s.name for s in SPECS}
+    if unknown:
+        raise HookDriftError(
+            f"{DISABLE_ENV} names unknown hooks {sorted(unknown)}; known: "
+            f"{[s.name for s in SPECS]}. Fix: correct the names or unset {DISABLE_ENV}."
+        )
+    return tuple(s for s in SPECS if s.name not in disabled)
+
+
+def load() -> None:
+    """Check the sglang version and every hook target, then register the hooks (once).
+
+    Raises:
+        PluginRefused: unsupported sglang, a drifted hook target, or a bad ``CPKV_DISABLE_HOOKS``.
+    """
+    global _registered
+    if _registered is not None:
+        return
+    from sglang_cpkv.hooks import check_target, register
+
+    try:
+        version = check_sglang_version()
+        specs = enabled_specs()
+        for spec in specs:  # all checks before the first registration
+            check_target(spec)
+        for spec in specs:
+            register(spec)
+    except CpkvSGLangError as err:
+        logger.critical("sglang-cpkv plugin refused to load: %s", err)
+        raise PluginRefused(str(err)) from err
+    _registered = tuple(s.name for s in specs)
+    logger.info("sglang-cpkv plugin loaded on sglang %s: hooks %s", version, ", ".join(_registered))
+
+
+def registered_hooks() -> tuple[str, ...]:
+    """Names of the hooks :func:`load` registered in this process (empty before it ran)."""
+    return _registered or ()
+
+
+def activate() -> tuple[str, ...]:
+    """Load the plugin the way SGLang does: ``sglang.srt.plugins.load_plugins()``.
+
+    Returns:
+        The registered hook names.
+
+    Raises:
+        PluginRefused: the plugin refused, or ``load_plugins()`` did not run it (not installed
+            as the ``cpkv`` entry point, or excluded by ``SGLANG_PLUGINS``).
+    """
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    if _registered is None:
+        allowed = os.environ.get("SGLANG_PLUGINS")
+        hint = (
+            f"SGLANG_PLUGINS={allowed!r} does not include {ENTRY_POINT_NAME!r}; add it"
+            if allowed
+            else f"install sglang-integration so its {ENTRY_POINT_GROUP} entry point "
+            f"{ENTRY_POINT_NAME!r} is visible (pip install -e packages/sglang-integration)"
+        )
+        raise PluginRefused(f"SGLang's load_plugins() did not run the cpkv plugin. Fix: {hint}.")
+    return _registered

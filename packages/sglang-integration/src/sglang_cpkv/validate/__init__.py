@@ -1,0 +1,48 @@
+"""cpkv-validate: catch cross-request KV contamination at batch size > 1 under context parallelism.
+
+Two engines. ``reference`` (default): a tiny GlmMoeDsa-shaped stack (MLA latent KV, lightning
+indexer with IndexCache, sparse attention over the top-k) on seeded random weights, prefilling
+named scenarios over a paged, prefix-sharing KV pool through ``cpkv_runtime`` on ``--cp N``
+``torch.distributed`` ranks. ``http``: a live OpenAI-compatible server, concurrent batch against
+sequential golden, greedy. Every request is compared with itself alone at batch size 1 without CP.
+"""
+
+from ._compare import TOLERANCE, Report, RequestResult, ScenarioResult
+from ._config import PRESETS, ModelConfig
+from ._dist import run_reference, run_reference_many
+from ._engine import Engine, Leak, StepOutput
+from ._http import CompletionsClient, make_prompts, run_http
+from ._model import init_weights
+from ._report import print_report, write_json
+from ._rt import legacy_layout
+from ._runner import Options
+from ._scenarios import SCENARIOS, Scenario, Step, build_scenario, scenario_names
+from .cli import main
+
+__all__ = [
+    "PRESETS",
+    "SCENARIOS",
+    "TOLERANCE",
+    "CompletionsClient",
+    "Engine",
+    "Leak",
+    "ModelConfig",
+    "Options",
+    "Report",
+    "RequestResult",
+    "Scenario",
+    "ScenarioResult",
+    "Step",
+    "StepOutput",
+    "build_scenario",
+    "init_weights",
+    "legacy_layout",
+    "main",
+    "make_prompts",
+    "print_report",
+    "run_http",
+    "run_reference",
+    "run_reference_many",
+    "scenario_names",
+    "write_json",
+]

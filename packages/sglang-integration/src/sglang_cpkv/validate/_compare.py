@@ -1,0 +1,94 @@
+"""Batch-N-with-CP against batch-1-without-CP: per-request diffs, verdicts and leak sources."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+__all__ = ["TOLERANCE", "Report", "RequestResult", "ScenarioResult", "compare_rows"]
+
+# Max abs diff allowed between a request's rows at batch N (CP) and at batch 1 (no CP). The
+# computation is row-wise and the top-k tie-break is deterministic, so only reduction order
+# differs: float64 leaves ~1e-13, a leak moves rows by O(0.1..1).
+TOLERANCE: dict[str, float] = {"float64": 1e-8, "float32": 1e-3, "bfloat16": 5e-2}
+
+
+@dataclass
+class RequestResult:
+    """One request of one scenario.
+
+    Attributes:
+        rows: rows compared (tokens it computed at batch N, or generated tokens for http).
+        max_abs_diff: largest |batch N - golden| over those rows (inf on NaN or a length change).
+        first_bad: first position whose row differs beyond tolerance, or None.
+        verdict: ``PASS``, ``FAIL`` (contamination: rows differ or a foreign row was read).
+        leak_sources: requests whose KV (or text) showed up in this one's.
+        leaks: details (layer, kind, position, source) from the reference engine's audit.
+    """
+
+    scenario: str
+    request: str
+    marker: str
+    rows: int
+    max_abs_diff: float
+    first_bad: int | None
+    verdict: str
+    leak_sources: list[str] = field(default_factory=list)
+    leaks: list[dict[str, object]] = field(default_factory=list)
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    description: str
+    requests: list[RequestResult]
+    steps: int = 0
+    legacy_conflicts: int = 0  # (request, page) lookups the legacy inverse sends elsewhere
+    shared_written_pages: int = 0  # pages one batch lists from >= 2 requests, written by one
+
+    @property
+    def ok(self) -> bool:
+        return all(r.verdict == "PASS" for r in self.requests)
+
+
+@dataclass
+class Report:
+    config: dict[str, object]
+    scenarios: list[ScenarioResult]
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.scenarios)
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        for s, sd in zip(self.scenarios, d["scenarios"], strict=True):
+            sd["ok"] = s.ok
+            for r in sd["requests"]:
+                if math.isinf(r["max_abs_diff"]):
+                    r["max_abs_diff"] = "inf"
+        return d
+
+
+def compare_rows(
+    got: torch.Tensor, want: torch.Tensor, positions: torch.Tensor, tol: float
+) -> tuple[float, int | None]:
+    """Max abs diff of (n, d) rows and the first position beyond ``tol``.
+
+    Returns:
+        (max_abs_diff, first bad position or None); inf when shapes differ or a value is NaN.
+    """
+    if got.shape != want.shape:
+        return math.inf, int(positions[0]) if positions.numel() else 0
+    if got.numel() == 0:
+        return 0.0, None
+    diff = (got.double() - want.double()).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    per_row = diff.amax(dim=-1) if diff.dim() > 1 else diff
+    bad = torch.nonzero(per_row > tol).squeeze(1)
+    first = int(positions[bad[0]]) if bad.numel() else None
+    return float(per_row.max()), first

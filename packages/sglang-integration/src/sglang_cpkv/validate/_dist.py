@@ -1,0 +1,118 @@
+"""Launch the reference engine on ``--cp N`` processes with a real ``torch.distributed`` group.
+
+``torch.multiprocessing.spawn`` starts N ranks; they rendezvous over TCP on a free loopback port
+and form a gloo group (CPU) or an NCCL group (CUDA, one GPU per rank). Every rank runs the same
+scenarios; rank 0 draws the progress bar and writes the results to a file the parent reads.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ._compare import ScenarioResult
+from ._rt import DistComm
+from ._runner import Options, run_all
+
+__all__ = ["free_port", "run_reference", "run_reference_many"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the rendezvous binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _threads(opts: Options) -> None:
+    # The tiny model's matmuls gain nothing from intra-op threads; on a busy 2-core box extra
+    # threads only spin-wait (measured 10x slower). One thread per rank.
+    if opts.device == "cpu":
+        torch.set_num_threads(1)
+
+
+def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) -> None:
+    opts = runs[0]
+    _threads(opts)
+    cuda = opts.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=opts.cp,
+        **({"device_id": torch.device("cuda", torch.cuda.current_device())} if cuda else {}),
+    )
+    try:
+        progress = _Progress(sum(len(o.scenarios) for o in runs)) if (rank == 0 and show) else None
+        comm = DistComm()
+        try:
+            results = [run_all(o, comm, progress) for o in runs]
+        finally:
+            if progress:
+                progress.close()
+        if rank == 0:
+            with open(path, "wb") as f:
+                pickle.dump(results, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+class _Progress:
+    """A rich progress bar over (scenario, phase) ticks, drawn by rank 0."""
+
+    def __init__(self, n: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]cpkv-validate"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("starting", total=2 * n)
+
+    def __call__(self, what: str, advance: int = 0) -> None:
+        self.bar.update(self.task, advance=advance, description=what)
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+def run_reference(opts: Options, show_progress: bool = True) -> list[ScenarioResult]:
+    """Run ``opts`` on ``opts.cp`` ranks (in-process for cp 1) and return rank 0's results."""
+    return run_reference_many([opts], show_progress)[0]
+
+
+def run_reference_many(
+    runs: list[Options], show_progress: bool = False
+) -> list[list[ScenarioResult]]:
+    """Several runs with the same ``cp`` and ``device`` in one process group (one spawn)."""
+    if len({(o.cp, o.device) for o in runs}) != 1:
+        raise ValueError("run_reference_many: every run must have the same cp and device")
+    opts = runs[0]
+    if opts.cp == 1:
+        threads = torch.get_num_threads()
+        _threads(opts)
+        progress = _Progress(sum(len(o.scenarios) for o in runs)) if show_progress else None
+        try:
+            return [run_all(o, None, progress) for o in runs]
+        finally:
+            torch.set_num_threads(threads)
+            if progress:
+                progress.close()
+    with tempfile.TemporaryDirectory(prefix="cpkv-validate-") as d:
+        path = os.path.join(d, "results.pkl")
+        mp.spawn(_worker, args=(runs, free_port(), path, show_progress), nprocs=opts.cp, join=True)
+        with open(path, "rb") as f:
+            return pickle.load(f)

@@ -1,0 +1,202 @@
+"""The reference engine: prefill steps over a paged KV pool, through cpkv_runtime, under CP.
+
+One :meth:`Engine.step` runs a batch of (request, extend length) the way a DSA server does:
+
+1. allocate pages, plan the dense layout (``plan_layout``: one slot per (request, page));
+2. split the current tokens over the CP ranks (``cp_split``, zigzag or interleave);
+3. per layer: project this rank's tokens, all-gather the current latent KV and indexer keys,
+   ``materialize`` the history pages and ``fill_current`` the current rows into dense buffers,
+   run the lightning indexer (full layers) or reuse the carried top-k (shared layers), turn the
+   top-k positions into pool locations and ``remap_locs`` them into the dense buffer, attend;
+4. gather the outputs, write the current KV into the pool (copy-on-write for shared pages).
+
+With ``audit=True`` every KV row a query reads is checked against the row its own request put
+there (pool history or its own current KV); a foreign row is looked up among the batch's current
+rows and the pool to name the request it came from (:class:`Leak`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _model as m
+from ._config import ModelConfig, schedule
+from ._pool import PagePool, PrefixCache, Request
+from ._rt import LocalComm, cp_split, current_tokens, gather_order, legacy_layout, plan_layout
+from ._step import Leak, StepCtx
+
+__all__ = ["Engine", "Leak", "StepOutput"]
+
+
+@dataclass
+class StepOutput:
+    """Outputs of one step: per request, positions (n,) and final hidden rows (n, hidden).
+
+    Tensors stay on the engine's device (every rank holds all of them after the all-gather).
+    """
+
+    positions: dict[str, torch.Tensor] = field(default_factory=dict)
+    hidden: dict[str, torch.Tensor] = field(default_factory=dict)
+    leaks: list[Leak] = field(default_factory=list)
+    legacy_conflicts: int = 0
+
+
+class Engine:
+    """A paged, prefix-sharing, context-parallel prefill engine over the reference model.
+
+    Args:
+        cfg, weights: the model (:func:`_model.init_weights`).
+        num_pages: pool size in pages.
+        comm: :class:`LocalComm` (cp = 1) or :class:`DistComm` (one engine per rank).
+        split: ``zigzag`` or ``interleave``.
+        inverse: ``per-request`` (the fix) or ``legacy`` (value-keyed, the old bug).
+        prefix_cache: share prefixes between requests (off for the batch-size-1 golden runs).
+        backend: cpkv_runtime backend (None = its automatic choice).
+        audit: check every KV row read against its owner (names leak sources).
+        q_chunk: queries per attention/indexer chunk (bounds memory at long context).
+        stable_topk: break indexer top-k ties by position (batch-invariant); False = torch.topk.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: m.Weights,
+        *,
+        num_pages: int,
+        comm: object | None = None,
+        split: str = "zigzag",
+        inverse: str = "per-request",
+        prefix_cache: bool = True,
+        backend: str | None = None,
+        audit: bool = False,
+        q_chunk: int = 4096,
+        stable_topk: bool = True,
+    ) -> None:
+        self.cfg, self.w = cfg, weights
+        ref = weights["embed_tokens.weight"]
+        self.device, self.dtype = ref.device, ref.dtype
+        self.pool = PagePool(cfg, num_pages, self.dtype, self.device)
+        self.cache = PrefixCache(self.pool, enabled=prefix_cache)
+        self.comm = comm if comm is not None else LocalComm()
+        self.split, self.inverse, self.backend = split, inverse, backend
+        self.audit, self.q_chunk, self.stable_topk = audit, q_chunk, stable_topk
+        self.requests: dict[str, Request] = {}
+        self.schedule = schedule(cfg)
+        self.types = self.schedule.indexer_types
+
+    # -- request lifecycle -------------------------------------------------------------------
+    def admit(self, name: str, tokens: list[int]) -> Request:
+        """Add a request; it reuses the pages of the longest cached prefix (token granular)."""
+        if name in self.requests:
+            raise ValueError(f"request {name!r} is already admitted; names must be unique")
+        hit, pages, src = self.cache.match(tokens)
+        for p in pages:
+            self.pool.incref(p)
+        req = Request(name, list(tokens), pages, cached=hit, hit=hit, hit_source=src)
+        self.requests[name] = req
+        return req
+
+    def finish(self, name: str) -> None:
+        """Drop the live request; its prefix stays in the cache until evicted."""
+        req = self.requests.pop(name)
+        for p in req.pages:
+            self.pool.decref(p)
+
+    def evict(self, name: str) -> None:
+        """Drop a cached prefix; pages nobody else holds return to the allocator."""
+        self.cache.evict(name)
+
+    # -- one prefill step ----------------------------------------------------------------------
+    def step(self, batch: list[tuple[str, int]]) -> StepOutput:
+        """Prefill ``extend`` more tokens of each named request, as one batch.
+
+        Args:
+            batch: (request name, extend length >= 1) in batch order.
+
+        Returns:
+            :class:`StepOutput` with the final hidden rows of every current token (all ranks).
+        """
+        p = self.cfg.page_size
+        reqs = [self.requests[n] for n, _ in batch]
+        ext = [int(e) for _, e in batch]
+        for r, e in zip(reqs, ext, strict=True):
+            if e < 1 or r.cached + e > len(r.tokens):
+                raise ValueError(
+                    f"request {r.name!r}: extend {e} with {r.cached} cached tokens exceeds its "
+                    f"{len(r.tokens)} tokens (or is < 1)"
+                )
+            while len(r.pages) < -(-(r.cached + e) // p):
+                r.pages.append(self.pool.alloc())
+        dev = self.device
+        max_pages = max(len(r.pages) for r in reqs)
+        page_tab = torch.full((len(reqs), max_pages), -1, dtype=torch.int64)
+        for b, r in enumerate(reqs):
+            page_tab[b, : len(r.pages)] = torch.tensor(r.pages)
+        page_tab = page_tab.to(dev)
+        prefix = torch.tensor([r.cached for r in reqs], dtype=torch.int32, device=dev)
+        extend = torch.tensor(ext, dtype=torch.int32, device=dev)
+        layout = plan_layout(
+            page_tab.int(), prefix, extend, p, self.pool.num_pages, backend=self.backend
+        )
+        out = StepOutput()
+        if self.inverse == "legacy":
+            fixed, layout = layout, legacy_layout(layout)
+            out.legacy_conflicts = int((layout.inverse != fixed.inverse).sum())
+        token_req, token_pos, loc = (t.long() for t in current_tokens(layout))
+        token_ids = torch.tensor(
+            [t for r, e in zip(reqs, ext, strict=True) for t in r.tokens[r.cached : r.cached + e]],
+            device=dev,
+        )
+        split = cp_split(
+            extend, self.comm.world, token_req, token_pos, token_ids, loc, strategy=self.split
+        )
+        l_req, l_pos, l_ids, _ = split.local(self.comm.rank)
+        ctx = StepCtx(self, reqs, layout, split, page_tab, token_req, loc, l_req, l_pos)
+        hidden = ctx.forward(l_ids)
+        full = gather_order(self.comm.all_gather(hidden), split)
+        out.leaks = ctx.leaks
+        for b, r in enumerate(reqs):
+            sel = token_req == b
+            out.positions[r.name] = token_pos[sel]
+            out.hidden[r.name] = full[sel]
+        self._write_cache(reqs, ext, ctx, token_req, token_pos, out.leaks)
+        return out
+
+    def _write_cache(self, reqs, ext, ctx, token_req, token_pos, leaks) -> None:
+        """Copy-on-write any shared page a request wrote, then store its current KV rows."""
+        p, pool = self.cfg.page_size, self.pool
+        tainted = {}
+        for leak in leaks:
+            tainted.setdefault(leak.victim, set()).add(leak.source)
+        for b, (r, e) in enumerate(zip(reqs, ext, strict=True)):
+            for j in range(r.cached // p, -(-(r.cached + e) // p)):
+                page = r.pages[j]
+                others = pool.ref[page] - 1 - int(self.cache.holds(r.name, page))
+                if others > 0:
+                    new = pool.alloc()
+                    pool.copy_page(page, new)
+                    pool.decref(page)
+                    r.pages[j] = new
+            sel = torch.nonzero(token_req == b).squeeze(1)
+            pos = token_pos[sel]
+            pages = torch.tensor(r.pages, device=self.device)
+            locs = pages[pos // p] * p + pos % p
+            for layer in range(len(self.types)):
+                pool.kv[layer].view(-1, self.cfg.latent_dim)[locs] = ctx.cur_lat[layer][sel]
+                if pool.idx[layer] is not None:
+                    pool.idx[layer].view(-1, self.cfg.index_head_dim)[locs] = ctx.cur_idx[layer][
+                        sel
+                    ]
+            src = frozenset(tainted.get(r.name, ()))
+            for loc_ in locs.tolist() if self.audit else ():  # leak bookkeeping
+                pool.writer[loc_] = r.name
+                if src:
+                    pool.taint[loc_] = src
+                else:
+                    pool.taint.pop(loc_, None)
+            r.cached += e
+            r.extends.append(e)
+            n_used = -(-r.cached // p)
+            self.cache.put(r.name, r.tokens[: r.cached], r.pages[:n_used])

@@ -1,0 +1,220 @@
+"""The ``http`` engine: check a live OpenAI-compatible server for cross-request contamination.
+
+Every request shares one long prefix (so the server's prefix cache shares its pages) and then
+carries its own marker. Each prompt is first completed alone, one at a time (the batch-size-1
+golden, which also warms the prefix cache), then all of them at once with ``--concurrency``
+threads (the batch). Decoding is greedy with a fixed seed, so any difference between the two
+token sequences is the server mixing requests. A leak is attributed to request j when j's marker
+shows up in the diverged output, or when the diverged tokens continue j's own golden output.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from ._compare import Report, RequestResult, ScenarioResult
+
+__all__ = ["CompletionsClient", "make_prompts", "run_http", "token_diff"]
+
+_WORD = re.compile(r"\S+")
+
+
+class CompletionsClient:
+    """A minimal ``/v1/completions`` client on the standard library (one request per thread).
+
+    Args:
+        url: server base URL (``http://host:port`` or ``http://host:port/v1``).
+        timeout: seconds per request.
+    """
+
+    def __init__(self, url: str, timeout: float = 120.0) -> None:
+        base = url.rstrip("/")
+        self.base = base if base.endswith("/v1") else base + "/v1"
+        self.timeout = timeout
+        self.logprobs = True  # ask for per-token output; dropped if the server refuses it
+
+    def _call(self, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError:
+            raise
+        except (urllib.error.URLError, OSError) as exc:
+            raise ConnectionError(f"cannot reach {self.base}{path}: {exc}") from exc
+
+    def flush_cache(self) -> str | None:
+        """Drop the server's prefix cache (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``).
+
+        Returns:
+            The endpoint that worked, or None when the server has neither.
+        """
+        root = self.base[: -len("/v1")]
+        for path in ("/flush_cache", "/reset_prefix_cache"):
+            req = urllib.request.Request(root + path, data=b"", method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout):
+                    return path
+            except urllib.error.HTTPError:
+                continue
+            except (urllib.error.URLError, OSError) as exc:
+                raise ConnectionError(f"cannot reach {root}{path}: {exc}") from exc
+        return None
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._call("/models").get("data", [])]
+
+    def complete(self, model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
+        """Greedy completion of ``prompt``; returns the generated tokens (strings)."""
+        body = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "top_p": 1,
+            "seed": seed,
+        }
+        if self.logprobs:
+            try:
+                out = self._call("/completions", {**body, "logprobs": 1})
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (400, 422, 501):
+                    raise
+                self.logprobs = False
+                return self.complete(model, prompt, max_tokens, seed)
+        else:
+            out = self._call("/completions", body)
+        choice = out["choices"][0]
+        toks = (choice.get("logprobs") or {}).get("tokens")
+        return list(toks) if toks else _WORD.findall(choice.get("text", ""))
+
+
+def make_prompts(
+    n: int, seed: int, prefix_words: int = 200
+) -> tuple[str, list[tuple[str, str, str]]]:
+    """``n`` prompts: one shared prefix, then a distinct marker and text per request.
+
+    Returns:
+        (the shared prefix, [(name, marker, prompt) per request]).
+    """
+    rng = random.Random(seed)
+    prefix = " ".join(f"w{rng.randrange(1000)}" for _ in range(prefix_words))
+    out = []
+    for i in range(n):
+        marker = f"MARK{i:02d}x{rng.randrange(16**4):04x}"
+        text = " ".join([marker if k % 4 == 0 else f"w{rng.randrange(1000)}" for k in range(24)])
+        prompt = (
+            f"{prefix} Request {i} marker {marker} : {text} . Repeat the marker of request {i} :"
+        )
+        out.append((f"r{i}", marker, prompt))
+    return prefix, out
+
+
+def token_diff(got: list[str], want: list[str]) -> tuple[int, int | None]:
+    """(number of differing token positions, first differing index or None)."""
+    n = max(len(got), len(want))
+    bad = [i for i in range(n) if i >= len(got) or i >= len(want) or got[i] != want[i]]
+    return len(bad), (bad[0] if bad else None)
+
+
+def _attribute(
+    i: int, got: list[str], golden: list[list[str]], markers: list[str], first: int
+) -> list[str]:
+    text = " ".join(got[first:])
+    found = [f"r{j}" for j, mk in enumerate(markers) if j != i and mk in text]
+    if found:
+        return found
+    tail = got[first : first + 3]
+    for j, g in enumerate(golden):
+        if j != i and len(tail) == 3 and any(g[k : k + 3] == tail for k in range(len(g))):
+            found.append(f"r{j}")
+    return found
+
+
+def run_http(
+    url: str,
+    *,
+    model: str | None = None,
+    concurrency: int = 8,
+    requests: int = 8,
+    max_tokens: int = 32,
+    seed: int = 0,
+    timeout: float = 120.0,
+    show_progress: bool = True,
+) -> Report:
+    """Golden (sequential) vs batch (concurrent) greedy completions; one result per request."""
+    from rich.progress import Progress
+
+    t0 = time.perf_counter()
+    client = CompletionsClient(url, timeout)
+    if model is None:
+        names = client.models()
+        model = names[0] if names else "default"
+    prefix, prompts = make_prompts(requests, seed)
+    warm = f"{prefix} Warmup request"  # caches the shared prefix, as a system prompt would be
+    with Progress(transient=True, disable=not show_progress) as bar:
+        task = bar.add_task("golden (sequential)", total=2 * len(prompts))
+        client.complete(model, warm, 1, seed)
+        golden = []
+        for _, _, text in prompts:
+            golden.append(client.complete(model, text, max_tokens, seed))
+            bar.advance(task)
+        # Without a flush the batch would hit each prompt's own cached copy from its golden run
+        # and never share a partially filled prefix page with another request.
+        flushed = client.flush_cache()
+        client.complete(model, warm, 1, seed)
+        bar.update(task, description=f"batch (concurrency {concurrency})")
+
+        def one(text: str) -> list[str]:
+            out = client.complete(model, text, max_tokens, seed)
+            bar.advance(task)
+            return out
+
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            batch = list(pool.map(one, [t for _, _, t in prompts]))
+    markers = [mk for _, mk, _ in prompts]
+    results = []
+    for i, (name, marker, _) in enumerate(prompts):
+        n_bad, first = token_diff(batch[i], golden[i])
+        sources = _attribute(i, batch[i], golden, markers, first) if first is not None else []
+        results.append(
+            RequestResult(
+                scenario="http_shared_prefix",
+                request=name,
+                marker=marker,
+                rows=len(golden[i]),
+                max_abs_diff=float(n_bad),
+                first_bad=first,
+                verdict="FAIL" if n_bad else "PASS",
+                leak_sources=sources,
+            )
+        )
+    sc = ScenarioResult(
+        "http_shared_prefix",
+        "shared-prefix prompts with distinct markers: concurrent batch vs sequential golden "
+        "(greedy); diff = differing generated tokens",
+        results,
+    )
+    config = {
+        "engine": "http",
+        "url": url,
+        "model": model,
+        "concurrency": concurrency,
+        "requests": requests,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "tolerance": 0,
+        "diff_unit": "tokens",
+        "token_source": "logprobs.tokens" if client.logprobs else "whitespace-split text",
+        "cache_flush": flushed or "unavailable (the batch may reuse the golden runs' cache)",
+    }
+    return Report(config, [sc], time.perf_counter() - t0)

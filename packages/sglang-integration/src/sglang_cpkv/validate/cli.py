@@ -1,0 +1,215 @@
+"""``cpkv-validate``: check that batch size > 1 (with CP) gives every request its own KV.
+
+Exit status: 0 every request matches batch size 1; 1 contamination (or a mismatch) somewhere;
+2 bad arguments.
+
+Examples::
+
+    cpkv-validate                                  # reference engine, cp 2, every scenario, CPU
+    cpkv-validate --cp 4 --split interleave --scenario tiny_extends
+    cpkv-validate --inverse legacy                 # the old value-keyed inverse: must FAIL
+    cpkv-validate --url http://127.0.0.1:30000 --concurrency 8 --json report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ._compare import TOLERANCE, Report
+from ._report import print_report, write_json
+from ._scenarios import scenario_names
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cpkv-validate",
+        description="Cross-request KV contamination check: every request at batch size N (with "
+        "context parallelism) against the same request alone at batch size 1 without CP.",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["reference", "http"],
+        default=None,
+        help="reference: the built-in GlmMoeDsa-shaped engine (default); "
+        "http: a live OpenAI-compatible server (implied by --url)",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help=f"run only this scenario (repeatable; default: all of {', '.join(scenario_names())})",
+    )
+    p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
+    p.add_argument(
+        "--cp", type=int, default=2, help="context-parallel ranks (processes); default 2"
+    )
+    p.add_argument(
+        "--split",
+        choices=["zigzag", "interleave"],
+        default="zigzag",
+        help="how current tokens are spread over CP ranks; default zigzag",
+    )
+    p.add_argument(
+        "--inverse",
+        choices=["per-request", "legacy"],
+        default="per-request",
+        help="per-request: the fixed (request, page)-keyed inverse; legacy: the old "
+        "value-keyed one (must report contamination)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cpu (gloo between ranks) or cuda (NCCL, one GPU per rank)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=sorted(TOLERANCE),
+        default="float64",
+        help=f"reference engine dtype; default float64 (tolerance {TOLERANCE['float64']})",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "torch", "triton", "cuda"],
+        default="auto",
+        help="cpkv_runtime backend for the KV ops; default auto (cuda > triton > torch)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="weights and text seed; default 0")
+    p.add_argument("--url", help="base URL of an OpenAI-compatible server (http engine)")
+    p.add_argument("--model", help="model name for the server (default: the first of /v1/models)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="http engine: concurrent requests in the batch run; default 8",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="http engine: requests per run (default: --concurrency)",
+    )
+    p.add_argument("--max-tokens", type=int, default=32, help="http engine: tokens to generate")
+    p.add_argument("--timeout", type=float, default=120.0, help="http engine: per-request seconds")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    if args.engine is None:
+        args.engine = "http" if args.url else "reference"
+    if args.engine == "http":
+        if not args.url:
+            p.error(
+                "--engine http needs --url URL (the server's base URL, e.g. http://127.0.0.1:30000)"
+            )
+        if not args.url.startswith(("http://", "https://")):
+            p.error(f"--url must start with http:// or https://, got {args.url!r}")
+        if args.inverse != "per-request":
+            p.error("--inverse applies to the reference engine only (a server has its own inverse)")
+        for name in ("concurrency", "max_tokens"):
+            if getattr(args, name) < 1:
+                p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        if args.requests is not None and args.requests < 2:
+            p.error(f"--requests must be >= 2 (a batch needs two requests), got {args.requests}")
+    elif args.url:
+        p.error("--url is for --engine http; drop --engine reference or --url")
+    if args.cp < 1:
+        p.error(f"--cp must be >= 1, got {args.cp}")
+    names = scenario_names()
+    unknown = [s for s in args.scenario or [] if s not in names]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    if args.device == "cuda" and args.engine == "reference":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device is visible here; use --device cpu")
+        if args.cp > torch.cuda.device_count():
+            p.error(
+                f"--cp {args.cp} needs {args.cp} GPUs (NCCL: one GPU per rank), "
+                f"{torch.cuda.device_count()} visible"
+            )
+    if args.json:
+        parent = Path(args.json).resolve().parent
+        if not parent.is_dir():
+            p.error(f"--json {args.json}: directory {parent} does not exist")
+
+
+def _reference(args: argparse.Namespace) -> Report:
+    from ._dist import run_reference
+    from ._runner import Options
+
+    backend = None if args.backend == "auto" else args.backend
+    opts = Options(
+        scenarios=args.scenario or scenario_names(),
+        cp=args.cp,
+        split=args.split,
+        inverse=args.inverse,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        backend=backend,
+    )
+    t0 = time.perf_counter()
+    results = run_reference(opts, show_progress=not args.no_progress)
+    config = {
+        "engine": "reference",
+        "cp": args.cp,
+        "split": args.split,
+        "inverse": args.inverse,
+        "device": args.device,
+        "dtype": args.dtype,
+        "backend": args.backend,
+        "seed": args.seed,
+        "tolerance": TOLERANCE[args.dtype],
+        "model": opts.model_config().to_dict(),
+    }
+    return Report(config, results, time.perf_counter() - t0)
+
+
+def _http(args: argparse.Namespace) -> Report:
+    from ._http import run_http
+
+    return run_http(
+        args.url,
+        model=args.model,
+        concurrency=args.concurrency,
+        requests=args.requests or max(args.concurrency, 2),
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        timeout=args.timeout,
+        show_progress=not args.no_progress,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``cpkv-validate``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_scenarios:
+        from ._scenarios import SCENARIOS
+
+        for name, (_, desc) in SCENARIOS.items():
+            print(f"{name:22s} {desc}")
+        return 0
+    _check(args, parser)
+    try:
+        report = _reference(args) if args.engine == "reference" else _http(args)
+    except ConnectionError as exc:
+        print(f"cpkv-validate: {exc}", file=sys.stderr)
+        return 2
+    print_report(report)
+    if args.json:
+        write_json(report, args.json)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

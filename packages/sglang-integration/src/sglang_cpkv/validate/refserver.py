@@ -1,0 +1,249 @@
+"""The reference engine behind an OpenAI-compatible ``/v1/completions`` API (greedy only).
+
+A continuous-batching loop: requests that arrive within a short window are admitted together,
+prefilled in one batch (sharing cached prefix pages, copy-on-write for partial pages) and then
+decoded one token per step, batched with whatever else is running. ``--inverse legacy`` serves
+with the old value-keyed inverse, so ``cpkv-validate --url`` has a server that really leaks.
+
+    python -m sglang_cpkv.validate.refserver --port 8000 [--inverse legacy]
+
+Text is tokenised by words (``crc32(word) % 448``); generated ids come back as ``t<id>`` words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+from ._config import PRESETS
+from ._engine import Engine
+from ._model import init_weights
+from ._scenarios import MARKER_BASE
+
+__all__ = ["RefServer", "main", "serve"]
+
+MODEL_NAME = "cpkv-reference"
+
+
+def encode(text: str) -> list[int]:
+    return [zlib.crc32(w.encode()) % MARKER_BASE for w in text.split()]
+
+
+@dataclass
+class _Job:
+    name: str
+    ids: list[int]
+    max_tokens: int
+    out: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+class RefServer:
+    """Continuous batching over one :class:`Engine` (cp 1) on a background thread.
+
+    Args:
+        inverse: ``per-request`` or ``legacy``.
+        num_pages: KV pool pages; cached prefixes of finished requests are evicted (oldest
+            first) when a step needs room.
+        window_s: how long the loop waits for concurrent arrivals before a step.
+    """
+
+    def __init__(
+        self,
+        inverse: str = "per-request",
+        seed: int = 0,
+        num_pages: int = 2048,
+        window_s: float = 0.05,
+    ) -> None:
+        self.cfg = PRESETS["tiny"]
+        self.w = init_weights(self.cfg, seed)
+        self.engine = Engine(self.cfg, self.w, num_pages=num_pages, inverse=inverse)
+        self.window_s = window_s
+        self.pending: list[_Job] = []
+        self.running: list[_Job] = []
+        self.lock, self.wake = threading.Lock(), threading.Event()
+        self.step_lock = threading.Lock()  # the engine is touched by one thread at a time
+        self.ids = itertools.count()
+        self.max_batch = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, name="refserver-loop", daemon=True)
+        self.thread.start()
+
+    def generate(self, prompt: str, max_tokens: int) -> _Job:
+        ids = encode(prompt) or [0]
+        job = _Job(f"req-{next(self.ids)}", ids, max_tokens)
+        with self.lock:
+            self.pending.append(job)
+        self.wake.set()
+        job.done.wait()
+        return job
+
+    def flush(self) -> None:
+        """Evict every cached prefix no running request holds (SGLang's ``/flush_cache``)."""
+        with self.step_lock:
+            for name in list(self.engine.cache.entries):
+                if name not in self.engine.requests:
+                    self.engine.evict(name)
+
+    def _make_room(self, batch: list[tuple[str, int]]) -> None:
+        eng, p = self.engine, self.cfg.page_size
+        need = 2 * len(batch)  # copy-on-write pages
+        for name, e in batch:
+            r = eng.requests[name]
+            need += max(0, -(-(r.cached + e) // p) - len(r.pages))
+        for name in list(eng.cache.entries):
+            if len(eng.pool.free) >= need:
+                break
+            if name not in eng.requests:
+                eng.evict(name)
+
+    def _loop(self) -> None:
+        while not self.stop:
+            if not self.wake.wait(0.1):
+                continue
+            time.sleep(self.window_s)
+            with self.lock:
+                new, self.pending = self.pending, []
+                self.wake.clear()
+            with self.step_lock:
+                self._step(new)
+
+    def _step(self, new: list[_Job]) -> None:
+        batch = []
+        for job in self.running:
+            self.engine.requests[job.name].tokens.append(job.out[-1])
+            batch.append((job.name, 1))
+        for job in new:
+            req = self.engine.admit(job.name, job.ids)
+            batch.append((job.name, len(job.ids) - req.cached))
+            self.running.append(job)
+        if not batch:
+            return
+        self.max_batch = max(self.max_batch, len(batch))
+        try:
+            self._make_room(batch)
+            out = self.engine.step(batch)
+        except Exception as exc:  # fail the batch, keep serving
+            for job in self.running:
+                job.error = f"{type(exc).__name__}: {exc}"
+                job.done.set()
+                self.engine.finish(job.name)
+            self.running = []
+            return
+        still = []
+        for job in self.running:
+            logits = out.hidden[job.name][-1] @ self.w["lm_head.weight"].T
+            nxt = int(torch.argmax(logits))
+            job.out.append(nxt)
+            job.logprobs.append(float(torch.log_softmax(logits, -1)[nxt]))
+            if len(job.out) >= job.max_tokens:
+                self.engine.finish(job.name)
+                job.done.set()
+            else:
+                still.append(job)
+        self.running = still
+        if self.running:
+            self.wake.set()
+
+
+def _handler(server: RefServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # quiet
+            return None
+
+        def _send(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/health", "/v1/health"):
+                self._send(200, {"status": "ok"})
+            elif self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") == "/flush_cache":
+                server.flush()
+                return self._send(200, {"status": "flushed"})
+            if self.path.rstrip("/") != "/v1/completions":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            try:
+                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                prompt = req["prompt"]
+                prompt = prompt[0] if isinstance(prompt, list) else prompt
+                max_tokens = int(req.get("max_tokens", 16))
+                if float(req.get("temperature", 1.0)) != 0.0 or max_tokens < 1:
+                    raise ValueError("only greedy decoding (temperature 0, max_tokens >= 1)")
+            except (KeyError, ValueError, TypeError, json.JSONDecodeError) as exc:
+                return self._send(400, {"error": {"message": f"bad request: {exc}"}})
+            job = server.generate(str(prompt), max_tokens)
+            if job.error:
+                return self._send(500, {"error": {"message": job.error}})
+            words = [f"t{i}" for i in job.out]
+            choice = {"index": 0, "text": " " + " ".join(words), "finish_reason": "length"}
+            if req.get("logprobs") is not None:
+                choice["logprobs"] = {"tokens": words, "token_logprobs": job.logprobs}
+            usage = {"prompt_tokens": len(job.ids), "completion_tokens": len(job.out)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            self._send(
+                200,
+                {
+                    "id": job.name,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": MODEL_NAME,
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
+
+    return Handler
+
+
+def serve(
+    port: int = 0, inverse: str = "per-request", seed: int = 0
+) -> tuple[ThreadingHTTPServer, RefServer]:
+    """Start serving on 127.0.0.1:``port`` (0 = any free port) in a background thread."""
+    torch.set_num_threads(1)
+    ref = RefServer(inverse=inverse, seed=seed)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(ref))
+    threading.Thread(target=httpd.serve_forever, name="refserver-http", daemon=True).start()
+    return httpd, ref
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sglang_cpkv.validate.refserver", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--port", type=int, default=8000, help="0 = any free port (printed)")
+    p.add_argument("--inverse", choices=["per-request", "legacy"], default="per-request")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    httpd, _ = serve(args.port, args.inverse, args.seed)
+    print(f"listening on http://127.0.0.1:{httpd.server_address[1]}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        httpd.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""``cpkv-serve --dry-run``: GLM-5.1 resolved on a CPU for SM90/SM100, printed as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _sglang_env as env
+from sglang_cpkv.serve import main
+
+pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
+
+PREFILL_NODE = [
+    "--chunked-prefill-size", "65536", "--enable-prefill-cp", "--attn-cp-size", "8",
+    "--cp-strategy", "interleave", "--dsa-prefill-backend", "flashmla_sparse",
+    "--cpkv-index-topk-freq", "4",
+]  # fmt: skip
+
+
+def _run(capsys, *argv):
+    code = main([*env.glm51_argv(), *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_report_sm100_cp8(capsys):
+    code, out, _ = _run(capsys, *PREFILL_NODE, "--dry-run", "--gpu", "sm100")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("cpkv-serve --dry-run: GlmMoeDsaForCausalLM (78 layers) from ")
+    assert "on SM100 (emulated), sglang 0.5.23" in lines[0]
+    assert "  attention dsa; DSA prefill flashmla_sparse, DSA decode flashmla_kv" in lines
+    assert any(
+        ln.startswith("  why: decode trtllm -> flashmla_kv (you set --dsa-prefill-backend")
+        for ln in lines
+    )
+    assert "  fp8_e4m3, page size 64, packed fp8 (FlashMLA): 656 B/token/layer" in lines
+    assert any("attention cp 8 (prefill CP on, interleave)" in ln for ln in lines)
+    assert any("chunked prefill 65536" in ln for ln in lines)
+    full = "[0, 1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77]"
+    assert (
+        f"  21/78 layers run the indexer (73.1% of indexer FLOPs saved): full layers {full}"
+        in lines
+    )
+    assert "  two-batch overlap: off" in lines
+    dense = [ln for ln in lines if ln.startswith("  GEMM_NT_F8F8BF16:")]
+    assert dense and dense[0].startswith(
+        "  GEMM_NT_F8F8BF16: 16384 Ms up to 16384 per shape, 10 shapes "
+        "(SGLang: 131072 up to 131072)"
+    )
+    grouped = [ln for ln in lines if ln.startswith("  GROUPED_GEMM_NT_F8F8BF16_CONTIG:")]
+    assert grouped and "1024 Ms up to 131072" in grouped[0] and "keeps the full grid" in grouped[0]
+
+
+def test_json_report_sm90_defaults(capsys):
+    code, out, _ = _run(capsys, "--dry-run", "--gpu", "sm90", "--dry-run-format", "json")
+    assert code == 0
+    r = json.loads(out)
+    assert r["gpu"]["capability"] == [9, 0] and r["sglang"] == "0.5.23"
+    res = r["resolved"]
+    assert (res["kv_cache_dtype"], res["dsa_prefill_backend"], res["dsa_decode_backend"]) == (
+        "bfloat16", "flashmla_sparse", "fa3",
+    )  # fmt: skip
+    assert r["kv_cache"] == {
+        "dtype": "bfloat16",
+        "page_size": 64,
+        "layout": "bf16",
+        "bytes_per_token": 1152,
+    }
+    assert r["indexcache"]["num_full"] == 78 and r["indexcache"]["saved_fraction"] == 0
+    w = r["warmup"]
+    assert w["inputs"]["cp_size"] == 1 and w["dense_m_max"] == 16384  # chunked 4096 -> m_max 16K
+    assert set(w["kernels"]) == {
+        "GEMM_NT_F8F8BF16", "GROUPED_GEMM_NT_F8F8BF16_CONTIG", "GROUPED_GEMM_NT_F8F8BF16_MASKED",
+    }  # fmt: skip
+    topics = {d["topic"] for d in r["decisions"]}
+    assert "dsa-backends" in topics
+
+
+def test_resolution_error_exit_2(capsys):
+    code, out, err = _run(
+        capsys, "--dsa-prefill-backend", "trtllm", "--dsa-decode-backend", "flashmla_kv",
+        "--dry-run", "--gpu", "sm100",
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert "cpkv-serve --dry-run: SGLang refused these arguments:" in err
+    assert "share one fp8 KV pool" in err and "Fix:" in err
+
+
+def test_tbo_with_sharing_exit_2(capsys):
+    code, _, err = _run(
+        capsys,
+        "--enable-two-batch-overlap",
+        "--cpkv-index-topk-freq",
+        "4",
+        "--dry-run",
+        "--gpu",
+        "sm90",
+    )
+    assert code == 2 and "two-batch overlap cannot carry the indexer top-k" in err
+
+
+def test_no_gpu_needs_gpu_flag(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --dry-run resolves for it")
+    code, _, err = _run(capsys, "--dry-run")
+    assert code == 2 and "pass --gpu sm90 or --gpu sm100" in err
+
+
+def test_console_script_fresh_process(tmp_path):
+    """The installed ``cpkv-serve`` script in a fresh process (its own load_plugins())."""
+    script = Path(sys.executable).with_name("cpkv-serve")
+    proc = subprocess.run(
+        [str(script), *env.glm51_argv(), "--dry-run", "--gpu", "sm100", "--dry-run-format", "json",
+         "--cpkv-index-topk-freq", "4", "--dsa-prefill-backend", "flashmla_sparse"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout)
+    assert r["resolved"]["dsa_decode_backend"] == "flashmla_kv"
+    assert r["indexcache"]["full_layers"] == [0, 1, *range(5, 78, 4)]
+    assert "cpkv[dsa-backends]: decode trtllm -> flashmla_kv" in proc.stderr
+
+
+def test_non_dsa_model_reports_without_dsa_sections(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+                "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+            }
+        )
+    )  # fmt: skip
+    code = main(["--model-path", str(tmp_path), "--dry-run", "--gpu", "sm90"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "LlamaForCausalLM (2 layers)" in out and "not a DSA model" in out
+    assert "IndexCache" not in out and "knows the GEMM shapes of DSA models only" in out
