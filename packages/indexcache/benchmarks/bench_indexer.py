@@ -101,14 +101,14 @@ def _fp8_provider(q, k, w, ks, ke) -> Callable | str:
     q_fp8 = q.to(torch.float8_e4m3fn)
     w_scaled = w.float() * HEAD_DIM**-0.5  # DeepGEMM takes the softmax scale folded into weights
 
-    def call():
-        logits = fn(q_fp8, (k_fp8, scale), w_scaled, ks, ke)
+    def call():  # facade signature: mqa_logits(q, kv, kv_scale, weights, ks, ke)
+        logits = fn(q_fp8, k_fp8, scale, w_scaled, ks, ke)
         return logits.topk(min(TOPK, k.shape[0]), dim=-1).indices
 
     try:  # smoke-check against the reference before timing anything
         n = min(256, q.shape[0])
-        ref = indexcache.indexer_logits(q[-n:], k, w, ks=ks[-n:], ke=ke[-n:])
-        got = fn(q_fp8[-n:], (k_fp8, scale), w_scaled[-n:], ks[-n:], ke[-n:]).float()
+        ref = indexcache.indexer_logits(q[-n:], k, w[-n:], ks=ks[-n:], ke=ke[-n:])
+        got = fn(q_fp8[-n:], k_fp8, scale, w_scaled[-n:], ks[-n:], ke[-n:]).float()
         vis = torch.isfinite(ref)
         err = ((got[vis] - ref[vis]).abs().max() / ref[vis].abs().max()).item()
         if not err < 0.2:  # fp8 e4m3 keeps 3 mantissa bits

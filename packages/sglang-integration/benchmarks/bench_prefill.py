@@ -179,6 +179,8 @@ def _worker(rank: int, args, cp: int, port: int, path: str) -> None:
     cuda = args.device == "cuda"
     if cuda:
         torch.cuda.set_device(rank)
+        # as in main(): spawned ranks start with torch's defaults, and cp 1 runs with TF32 on
+        torch.backends.cuda.matmul.allow_tf32 = True
     else:
         torch.set_num_threads(1)
     extra = {"device_id": torch.device("cuda", rank)} if cuda else {}
