@@ -146,3 +146,14 @@ def test_non_dsa_model_reports_without_dsa_sections(tmp_path, capsys):
     assert code == 0
     assert "LlamaForCausalLM (2 layers)" in out and "not a DSA model" in out
     assert "IndexCache" not in out and "knows the GEMM shapes of DSA models only" in out
+
+
+def test_help_lists_cpkv_flags_then_sglangs(capsys):
+    try:  # sglang serve prints its help and returns (or exits 0, depending on the backend)
+        code = main(["--help"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code in (0, None)
+    ours, _, theirs = capsys.readouterr().out.partition("--- sglang serve ---")
+    assert "--cpkv-index-topk-freq" in ours and "--dry-run" in ours
+    assert "--model-path" in theirs

@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from sglang_cpkv._flags import GPUS, merge_model_overrides, parse_cpkv_args
+from sglang_cpkv._flags import GPUS, build_parser, merge_model_overrides, parse_cpkv_args
 from sglang_cpkv._version_guard import check_sglang_version
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
 
@@ -72,7 +72,12 @@ def serve(sglang_argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cpkv-serve``."""
-    args = parse_cpkv_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        # cpkv's own flags first; `sglang serve --help` (below, from SGLang) lists the rest
+        print(build_parser().format_help())
+        print("--- sglang serve ---", flush=True)
+    args = parse_cpkv_args(argv)
     try:
         check_sglang_version()
         sglang_argv = merge_model_overrides(args.sglang_argv, args.index_overrides)
