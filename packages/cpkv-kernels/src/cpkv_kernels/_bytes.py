@@ -9,9 +9,11 @@ narrow ones (never a wrong tail) where it does not.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+from cpkv_runtime._bytes import row_contiguous  # one definition of "a row is one block"
 
 from .errors import KernelInputError
 
@@ -43,16 +45,13 @@ def byte_rows(t: torch.Tensor, name: str) -> ByteRows:
     Raises:
         KernelInputError: when the dims after the first are not contiguous.
     """
-    expected = 1
-    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:]), strict=True):
-        if size != 1 and stride != expected:
-            raise KernelInputError(
-                f"{name} must be contiguous after its first dim (rows are copied as raw bytes); "
-                f"got shape {tuple(t.shape)} strides {t.stride()}: pass {name}.contiguous()"
-            )
-        expected *= size
+    if not row_contiguous(t, 1):
+        raise KernelInputError(
+            f"{name} must be contiguous after its first dim (rows are copied as raw bytes); "
+            f"got shape {tuple(t.shape)} strides {t.stride()}: pass {name}.contiguous()"
+        )
     es = t.element_size()
-    row_bytes, stride = expected * es, t.stride(0) * es
+    row_bytes, stride = math.prod(t.shape[1:]) * es, t.stride(0) * es
     raw = t.unsqueeze(-1).view(torch.uint8)  # (n, *inner, es): same storage, as bytes
     raw = raw.as_strided((t.shape[0], row_bytes), (stride, 1), raw.storage_offset())
     return ByteRows(raw, row_bytes, stride)
