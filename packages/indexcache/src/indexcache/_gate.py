@@ -12,11 +12,13 @@ The carry keeps a top-k only while the next layer will reuse it (``next_layer_re
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from indexcache._schedule import FULL, NEXTN, IndexerSchedule
 from indexcache.errors import CarryError, IncompatibleOptionError
+
+if TYPE_CHECKING:  # annotations only: schedule/gate users (glm-config, plugins) never load torch
+    import torch
 
 
 def should_run_indexer(schedule: IndexerSchedule, layer: int, *, carried: bool) -> bool:

@@ -15,10 +15,16 @@ on the same device the top-k matches its forward bit for bit, including the orde
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from indexcache.errors import IndexerInputError
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside each function: `import indexcache` is also how schedule-only users
+# (glm-config's CLI, the SGLang plugin in every process) get the schedule, and they must not pay
+# for importing torch.
 
 
 def causal_window(
@@ -29,6 +35,8 @@ def causal_window(
     Returns:
         ``(ks, ke)``: ``(M,)`` int32 each; row m sees keys ``[0, num_keys - num_queries + m + 1)``.
     """
+    import torch
+
     if not 0 < num_queries <= num_keys:
         raise IndexerInputError(
             f"a causal prefill chunk needs 0 < num_queries <= num_keys; got num_queries="
@@ -60,9 +68,13 @@ def indexer_logits(
         ``(M, N)`` float32 logits, ``-inf`` outside each row's window. Memory: an ``(M, H, N)``
         float32 intermediate, as in transformers; chunk the rows (:func:`lightning_indexer`).
     """
+    import torch
+
     ks, ke = _check(q, k, weights, ks, ke)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-    scores = F.relu(torch.matmul(q.float(), k.float().transpose(0, 1)) * scale)  # (M, H, N)
+    scores = torch.nn.functional.relu(
+        torch.matmul(q.float(), k.float().transpose(0, 1)) * scale
+    )  # (M, H, N)
     logits = torch.matmul(weights.float().unsqueeze(-2), scores).squeeze(-2)  # (M, N)
     cols = torch.arange(k.shape[0], device=k.device)
     visible = (cols >= ks.unsqueeze(-1)) & (cols < ke.unsqueeze(-1))
@@ -84,6 +96,8 @@ def indexer_topk(
     Returns:
         ``(M, min(index_topk, N))`` int32 key indices, best first.
     """
+    import torch
+
     if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk < 1:
         raise IndexerInputError(f"index_topk must be an int >= 1; got {index_topk!r}.")
     if logits.dim() != 2:
@@ -119,6 +133,8 @@ def lightning_indexer(
     Returns:
         ``(M, min(index_topk, N))`` int32 indices into ``k``.
     """
+    import torch
+
     ks, ke = _check(q, k, weights, ks, ke)
     rows = q.shape[0]
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
@@ -142,6 +158,7 @@ def _check(
     ke: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate shapes/dtypes/devices before any compute; return the key window."""
+
     if q.dim() != 3:
         raise IndexerInputError(f"q must be (M, H, D); got shape {tuple(q.shape)}.")
     m, h, d = q.shape
