@@ -188,3 +188,19 @@ def test_to_dict_is_compact():
 def test_bad_input_messages(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
+
+
+def test_fast_to_chunk_samples_past_sglangs_32k_cap():
+    shapes = glm51_shapes()
+    plain = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast=True)
+    filled = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast=True, fast_to_chunk=True)
+    assert plain.m_max == filled.m_max == 32768  # SGLang's own fast list is unchanged
+    for a, b in zip(plain.entries, filled.entries, strict=True):
+        assert a.before == b.before and set(a.after) <= set(b.after)
+        assert max(b.after) == (65536 if b.shape.kernel.grouped else 8192)
+        assert max(a.after) == (32768 if a.shape.kernel.grouped else 4096)
+    # nothing to fill when the chunk fits SGLang's list, or outside fast mode
+    small = plan_warmup(shapes, 8192, CPSetup(8, "zigzag"), fast=True, fast_to_chunk=True)
+    assert small == plan_warmup(shapes, 8192, CPSetup(8, "zigzag"), fast=True)
+    full = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast_to_chunk=True)
+    assert full == plan_warmup(shapes, 65536, CPSetup(8, "zigzag"))

@@ -119,11 +119,17 @@ def sglang_m_list(chunked_prefill_size: int, fast: bool = False) -> list[int]:
     """SGLang's warmup M list (full or fast mode), before any kernel-specific filter."""
     if not fast:
         return list(range(1, sglang_m_max(chunked_prefill_size) + 1))
-    ms = list(range(1, 1025))
     bound = min(chunked_prefill_size, 32 * 1024) if chunked_prefill_size >= 1 else 16 * 1024
+    return fast_m_list(bound)
+
+
+def fast_m_list(bound: int) -> list[int]:
+    """SGLang's fast-mode sample up to ``bound``: 1..1024, then step 2 below 2048, step 4 below
+    4096, ..., plus ``bound`` itself."""
+    ms = list(range(1, min(bound, 1024) + 1))
     next_m, step = 1024, 2
     while next_m < bound:
-        ms += range(next_m, 2 * next_m, step)
+        ms += range(next_m, min(2 * next_m, bound), step)
         next_m, step = next_m * 2, step * 2
     ms.append(bound)
     return sorted(set(ms))
@@ -225,6 +231,7 @@ def plan_warmup(
     cp: CPSetup | None = None,
     *,
     fast: bool = False,
+    fast_to_chunk: bool = False,
     floor: int = 2048,
     mk_alignment: int = 128,
 ) -> WarmupPlan:
@@ -236,6 +243,9 @@ def plan_warmup(
         chunked_prefill_size: SGLang's ``--chunked-prefill-size`` (-1 = off).
         cp: the CP setup; ``None`` = no CP.
         fast: model ``SGLANG_JIT_DEEPGEMM_FAST_WARMUP=1``.
+        fast_to_chunk: in fast mode, sample on up to ``chunked_prefill_size`` where SGLang's
+            fast list stops at 32,768 (a 65,536-token chunk would otherwise compile its
+            32K-64K kernels while serving).
         floor: the smallest dense ``m_max`` after shrinking (2048).
         mk_alignment: ``get_mk_alignment_for_contiguous_layout()`` (128 on SM90/SM100).
     """
@@ -246,8 +256,18 @@ def plan_warmup(
         raise ValueError(f"floor and mk_alignment must be >= 1, got {floor}, {mk_alignment}")
     base = sglang_m_list(chunked_prefill_size, fast)
     m_max = max(base)
+    extend = fast and fast_to_chunk and chunked_prefill_size > m_max
+    target, sample = (
+        (chunked_prefill_size, fast_m_list(chunked_prefill_size))
+        if extend
+        else (
+            m_max,
+            base,
+        )
+    )
     shrink = cp.splits_sequence and (not cp.draft or cp.draft_cp)
-    dense_cap = min(m_max, max(floor, math.ceil(m_max / cp.size))) if shrink else m_max
+    dense_cap = min(target, max(floor, math.ceil(target / cp.size))) if shrink else target
+    gap = f"; fast mode sampled up to {{}} (SGLang's fast list stops at {m_max})" if extend else ""
     if not shrink:
         why = (
             "a draft model runs outside CP and sees full chunks"
@@ -264,17 +284,17 @@ def plan_warmup(
     entries = []
     for s in merged.values():
         before = _for_kernel(base, s.kernel, mk_alignment)
+        cap = target if s.kernel.grouped else dense_cap
         if s.kernel.grouped:
-            after, reason = (
-                before,
-                "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid",
-            )
+            reason = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
         elif shrink:
-            ms = [m for m in base if m <= dense_cap]
-            ms = ms if dense_cap in ms else [*ms, dense_cap]
-            after = _for_kernel(ms, s.kernel, mk_alignment)
             reason = f"dense: CP {cp.size} {cp.split.value} gives ~m/{cp.size} rows per rank"
         else:
-            after, reason = before, f"dense: no shrink ({why})"
-        entries.append(PlanEntry(s, before, after, reason))
+            reason = f"dense: no shrink ({why})"
+        if cap == m_max and not extend:
+            after = before
+        else:
+            ms = [m for m in sample if m <= cap]
+            after = _for_kernel(ms if cap in ms else [*ms, cap], s.kernel, mk_alignment)
+        entries.append(PlanEntry(s, before, after, reason + gap.format(cap)))
     return WarmupPlan(chunked_prefill_size, fast, cp, m_max, dense_cap, tuple(entries))

@@ -16,9 +16,7 @@ contiguous-layout Ms by alignment, sizes the buffers from ``max(m_list)`` and ru
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,51 +97,18 @@ def cp_setup(inputs: WarmupInputs) -> Any:
     )
 
 
-def fast_sample(bound: int) -> list[int]:
-    """SGLang's fast-mode M sample continued to ``bound``: 1..1024, then step 2 below 2048,
-    step 4 below 4096, ..., plus ``bound`` (SGLang itself stops at ``min(chunked, 32768)``)."""
-    ms, next_m, step = list(range(1, min(bound, 1024) + 1)), 1024, 2
-    while next_m < bound:
-        ms += range(next_m, min(2 * next_m, bound), step)
-        next_m, step = 2 * next_m, 2 * step
-    return sorted({*ms, bound})
-
-
-def _fill_fast_gap(p: Any, inputs: WarmupInputs) -> Any:
-    """Extend a fast-mode plan past SGLang's 32,768 cap to the Ms a chunk really reaches.
-
-    A rank sees up to ``chunked`` rows in grouped MoE GEMMs and, under a CP split, about
-    ``chunked / cp`` rows in dense ones; SGLang's fast list stops at 32,768, so a 65,536-token
-    chunk compiles the 32K-64K kernels while serving. Same floor (2048) and contiguous alignment
-    (128) as ``plan_warmup``'s defaults.
-    """
-    true_max = inputs.chunked_prefill_size
-    if not p.fast or true_max <= p.m_max:
-        return p
-    shrink = p.dense_m_max < p.m_max
-    dense_cap = max(2048, math.ceil(true_max / p.cp.size)) if shrink else true_max
-    sample = fast_sample(true_max)
-    entries = []
-    for e in p.entries:
-        cap = true_max if e.shape.kernel.grouped else min(dense_cap, true_max)
-        extra = [m for m in sample if m <= cap] + [cap]
-        if e.shape.kernel.contiguous:
-            extra = [m for m in extra if m % 128 == 0]
-        after = tuple(sorted({*e.after, *extra}))
-        reason = (
-            f"{e.reason}; fast mode sampled up to {cap} (SGLang's fast list stops at {p.m_max})"
-        )
-        entries.append(dataclasses.replace(e, after=after, reason=reason))
-    return dataclasses.replace(p, dense_m_max=dense_cap, entries=tuple(entries))
-
-
 def plan(shapes: Any, inputs: WarmupInputs) -> Any:
-    """``deepgemm_compat.warmup.plan_warmup`` for ``shapes`` under ``inputs``, with the fast-mode
-    gap filled (:func:`_fill_fast_gap`)."""
+    """``deepgemm_compat.warmup.plan_warmup`` for ``shapes`` under ``inputs``; in fast mode the
+    sample runs on to the chunk size (SGLang's fast list stops at 32,768)."""
     from deepgemm_compat.warmup import plan_warmup
 
-    p = plan_warmup(list(shapes), inputs.chunked_prefill_size, cp_setup(inputs), fast=inputs.fast)
-    return _fill_fast_gap(p, inputs)
+    return plan_warmup(
+        list(shapes),
+        inputs.chunked_prefill_size,
+        cp_setup(inputs),
+        fast=inputs.fast,
+        fast_to_chunk=True,
+    )
 
 
 def shape_ms(kernel: str, n: int, k: int, groups: int, inputs: WarmupInputs) -> Any:
