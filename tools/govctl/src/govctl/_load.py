@@ -1,7 +1,7 @@
 """Read and parse work item files: syntax errors with their line, unquoted dates with a hint.
 
-Parsing tries `_fastparse` (the plain TOML subset) first and falls back to `tomllib`, which
-alone reports syntax errors (E001) and produces date values (E002).
+Parsing is `tomllib`'s: it reports syntax errors (E001) and produces the date values that an
+unquoted date leaves behind (E002).
 
 A `WorkFile` holds the raw text, the parsed document (or None when it did not parse) and,
 lazily, the key -> line map used to place diagnostics (`_lines.key_lines`).
@@ -12,12 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from govctl._diagnostics import Diagnostic, diag
-from govctl._fastparse import fast_loads
 from govctl._lines import key_lines, lookup
 
 _TOML_POS_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -84,18 +84,14 @@ def load(path: Path, shown: str, text: str | None = None) -> WorkFile:
             wf.problems.append(diag("E003", f"cannot read work item: {exc}", shown, 1))
             return wf
     wf.text = text
-    doc = fast_loads(text)  # the plain subset, ~5x faster; None: tomllib decides
     found: list[tuple[tuple[str | int, ...], Any]] = []
-    if doc is None:
-        import tomllib
-
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            wf.problems.append(_syntax_diag(str(exc), text, shown))
-            return wf
-        if _MAYBE_DATE_RE.search(text):  # (the fast subset has no date values)
-            _find_dates(doc, (), found)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        wf.problems.append(_syntax_diag(str(exc), text, shown))
+        return wf
+    if _MAYBE_DATE_RE.search(text):
+        _find_dates(doc, (), found)
     for where, value in found:
         wf.problems.append(_unquoted_date_diag(wf, where, value))
         wf.unquoted.add(where)
