@@ -26,6 +26,14 @@ from ._rt import fill_current, gather_order, localize, materialize, remap_locs
 __all__ = ["Leak", "StepCtx"]
 
 
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed as same-width integers: rows are compared as bytes (NaN == NaN, -0 != 0)."""
+    return t.view(_INT_OF_SIZE[t.element_size()])
+
+
 @dataclass(frozen=True)
 class Leak:
     """A KV row read by ``victim`` that is not its own (layer, kind ``kv``/``index_k``)."""
@@ -48,6 +56,7 @@ class StepCtx:
         self.cur_idx: list[torch.Tensor | None] = []
         self.leaks: list[Leak] = []
         self._seen: set[tuple] = set()
+        self._fill_checked = False  # fill_current value checks ran for this step
 
     def _gather(self, x: torch.Tensor) -> torch.Tensor:
         """All-gather this rank's rows (L, ...) into the batch's (T, ...) in token order."""
@@ -65,15 +74,12 @@ class StepCtx:
     def _dense(self, pool_t: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
         e = self.e
         dense = materialize(pool_t, self.layout, backend=e.backend)
+        # token_req/loc/layout are the step's: their values are checked on the first fill only
+        check = e.inverse != "legacy" and not self._fill_checked
         fill_current(
-            dense,
-            cur,
-            self.token_req,
-            self.loc,
-            self.layout,
-            backend=e.backend,
-            validate=e.inverse != "legacy",
+            dense, cur, self.token_req, self.loc, self.layout, backend=e.backend, validate=check
         )
+        self._fill_checked = True
         return dense.view(-1, pool_t.shape[-1])
 
     def _locs(self, b: int, pos: torch.Tensor) -> torch.Tensor:
@@ -170,7 +176,7 @@ class StepCtx:
         want[hist] = store.view(-1, width)[locs[hist]]
         mine = torch.nonzero(self.token_req == b).squeeze(1)
         want[~hist] = cur[mine[pos[~hist] - r.cached]]
-        bad = (dense_loc < 0) | (got != want).any(dim=-1)
+        bad = (dense_loc < 0) | (_bits(got) != _bits(want)).any(dim=-1)
         sources: set[str] = set()
         for i in torch.nonzero(bad).squeeze(1).tolist():
             sources.add(self._source(got[i], cur, store, width))
@@ -185,10 +191,11 @@ class StepCtx:
                 self.leaks.append(Leak(layer, kind, r.name, first, src))
 
     def _source(self, row, cur, store, width) -> str:
-        hit = torch.nonzero((cur == row).all(dim=-1)).squeeze(1)
+        row = _bits(row)
+        hit = torch.nonzero((_bits(cur) == row).all(dim=-1)).squeeze(1)
         if hit.numel():
             return self.reqs[int(self.token_req[hit[0]])].name
-        hit = torch.nonzero((store.view(-1, width) == row).all(dim=-1)).squeeze(1)
+        hit = torch.nonzero((_bits(store.view(-1, width)) == row).all(dim=-1)).squeeze(1)
         for loc_ in hit.tolist():
             if loc_ in self.e.pool.writer:
                 return self.e.pool.writer[loc_]
