@@ -62,12 +62,10 @@ def legacy_layout(layout: Layout) -> Layout:
     last.scatter_reduce_(0, pages, order, reduce="amax")
     hit = last >= 0
     flat[hit] = slots[last[hit]]
-    inverse = flat.unsqueeze(0).expand(layout.batch_size, -1).contiguous()
-    # A request that does not list a page still has no entry for it.
-    mask = torch.zeros_like(inverse, dtype=torch.bool)
-    rows = torch.arange(layout.batch_size, device=layout.device).unsqueeze(1).expand_as(used)
-    mask[rows[used], pages] = True
-    return dataclasses.replace(layout, inverse=torch.where(mask, inverse, -1))
+    # A request that does not list a page still has no entry for it: exactly where the
+    # per-request inverse has none.
+    inverse = torch.where(layout.inverse >= 0, flat.unsqueeze(0), -1)
+    return dataclasses.replace(layout, inverse=inverse.to(layout.inverse.dtype))
 
 
 def legacy_conflicts(layout: Layout) -> int:
