@@ -74,6 +74,8 @@ class Registry:
 
     def discover(self) -> None:
         """Load every entry point once; a failing one is skipped with one warning naming why."""
+        if self._discovered:  # every dispatch comes here: no lock once discovery is done
+            return
         with self._lock:
             if self._discovered:
                 return
