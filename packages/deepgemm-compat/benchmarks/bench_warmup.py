@@ -46,15 +46,22 @@ def child(args: argparse.Namespace) -> None:
     by_name = {s.name: s for s in glm51_shapes(ep=args.ep)}
     shapes = [by_name[n] for n in args.shapes.split(",")]
     plan = plan_warmup(shapes, args.chunked, CPSetup(args.cp, args.split))
+    cache = Path(os.environ["DG_JIT_CACHE_DIR"])
+    kernels_at_sample: list[int] = []
+
+    def progress(line: str) -> None:  # called right after each timeline sample
+        kernels_at_sample.append(_count_kernels(cache))
+        print(f"[{args.variant}] {line}, {kernels_at_sample[-1]} kernels", flush=True)
+
     t0 = time.perf_counter()
     run = run_warmup(
         plan,
         grid=VARIANTS[args.variant],
         budget_s=args.budget_s,
-        progress=lambda line: print(f"[{args.variant}] {line}", flush=True),
+        progress=progress,
+        progress_every_s=5.0,
     )
     wall = time.perf_counter() - t0
-    cache = Path(os.environ["DG_JIT_CACHE_DIR"])
     doc = {
         "op": "deepgemm_warmup",
         "provider": args.variant,
@@ -69,6 +76,10 @@ def child(args: argparse.Namespace) -> None:
         "kernels_compiled": _count_kernels(cache),
         "truncated": run.truncated,
         "per_shape": [s.__dict__ for s in run.shapes],
+        "timeline": [
+            [round(t, 2), calls, kernels]
+            for (t, calls), kernels in zip(run.timeline, kernels_at_sample, strict=True)
+        ],
         "gpu_name": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -157,18 +168,35 @@ def report(rows: list[dict], out: Path) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "deepgemm-compat.json").write_text(json.dumps(rows, indent=1))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    names = [r["provider"] for r in rows]
-    axes[0].bar(names, [r["wall_s"] for r in rows], color=["tab:gray", "tab:blue"][: len(rows)])
-    axes[0].set_ylabel("cold-cache warmup wall time (s)")
-    axes[1].bar(
-        names, [r["kernels_compiled"] for r in rows], color=["tab:gray", "tab:blue"][: len(rows)]
-    )
+    colors = {"sglang": "tab:gray", "cp_aware": "tab:blue"}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for r in rows:
+        tl = r.get("timeline") or [[r["wall_s"], r["calls_executed"], r["kernels_compiled"]]]
+        t = [0.0] + [p[0] for p in tl]
+        c = colors.get(r["provider"])
+        label = f"{r['provider']} ({r['calls_planned']} calls planned)"
+        axes[0].plot(t, [0] + [p[1] for p in tl], color=c, label=label)
+        axes[0].axhline(r["calls_planned"], color=c, ls=":", lw=0.8)
+        axes[1].plot(t, [0] + [p[2] for p in tl], color=c, label=r["provider"])
+    axes[0].set_yscale("symlog", linthresh=100)
+    axes[0].set_ylabel("warmup calls executed (dotted: planned)")
     axes[1].set_ylabel("kernels JIT-compiled")
-    for ax, r in zip(axes, rows[:1], strict=False):
-        ax.set_title(f"{r['gpu_name']}, {r['case']}", fontsize=7)
+    for ax in axes:
+        ax.set_xlabel("seconds since warmup start (cold JIT cache)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{rows[0]['gpu_name']}, {rows[0]['case']}", fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "deepgemm-compat.png", dpi=120)
+
+
+def calls_at(r: dict, seconds: float) -> tuple[int, int]:
+    """(calls, kernels) a run had reached by ``seconds``, from its timeline samples."""
+    calls = kernels = 0
+    for t, c, k in r.get("timeline", []):
+        if t > seconds:
+            break
+        calls, kernels = c, k
+    return calls, kernels
 
 
 def write_markdown(rows: list[dict], gpu: list[dict], out: Path) -> None:
@@ -226,6 +254,15 @@ def write_markdown(rows: list[dict], gpu: list[dict], out: Path) -> None:
                 lines.append(
                     f"| {r['provider']} | {s['name']} | {s['kernel']} | "
                     f"{s['executed']}/{s['planned']} | {s['seconds']:.1f} |"
+                )
+        done = [r for r in rows if not r["truncated"]]
+        if done and len(rows) > 1:
+            first = min(done, key=lambda r: r["wall_s"])
+            lines += ["", f"At {first['wall_s']:.1f} s, when {first['provider']} finished:", ""]
+            for r in rows:
+                calls, kernels = calls_at(r, first["wall_s"])
+                lines.append(
+                    f"- {r['provider']}: {calls}/{r['calls_planned']} calls, {kernels} kernels"
                 )
     for doc in gpu:
         lines += [

@@ -14,6 +14,7 @@ from deepgemm_compat.warmup import (
     glm51_reduced_shapes,
     glm51_shapes,
     plan_warmup,
+    run_warmup,
     sglang_m_list,
     sglang_m_max,
 )
@@ -183,6 +184,14 @@ def test_to_dict_is_compact():
         (lambda: glm51_shapes(attn_tp=3), "attn_tp=3 must be >= 1 and divide 64"),
         (lambda: glm51_shapes(ep=7), "ep=7 must be >= 1 and divide 256"),
         (lambda: glm51_shapes(moe="dense"), "moe must be"),
+        (
+            lambda: run_warmup(plan_warmup(glm51_reduced_shapes(), 8192), grid="cp"),
+            "grid must be 'after' or 'before'",
+        ),
+        (
+            lambda: run_warmup(plan_warmup(glm51_reduced_shapes(), 8192), progress_every_s=0),
+            "progress_every_s must be > 0",
+        ),
     ],
 )
 def test_bad_input_messages(call, pattern):

@@ -63,11 +63,16 @@ class ShapeRun:
 
 @dataclass
 class WarmupRun:
-    """Totals of one ``run_warmup``; ``truncated`` when the time budget stopped it."""
+    """Totals of one ``run_warmup``; ``truncated`` when the time budget stopped it.
+
+    ``timeline`` holds ``(seconds since start, calls executed so far)`` samples, one per
+    ``progress_every_s`` and one at each shape's end, so runs can be compared over time.
+    """
 
     shapes: list[ShapeRun] = field(default_factory=list)
     seconds: float = 0.0
     truncated: bool = False
+    timeline: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def executed(self) -> int:
@@ -114,6 +119,7 @@ def run_warmup(
     grid: str = "after",
     budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
+    progress_every_s: float = 10.0,
 ) -> WarmupRun:
     """Execute the plan's M grid on the current CUDA device (compiles on first use).
 
@@ -121,7 +127,9 @@ def run_warmup(
         plan: from ``plan_warmup``.
         grid: ``"after"`` (CP-aware) or ``"before"`` (SGLang's grid).
         budget_s: stop (``truncated=True``) once this many seconds have passed.
-        progress: called with one line per finished shape.
+        progress: called with a line every ``progress_every_s`` and when a shape finishes;
+            a cold-cache warmup compiles for minutes, and silence reads as a hang.
+        progress_every_s: also the sampling period of ``WarmupRun.timeline``.
     """
     import torch
 
@@ -130,8 +138,22 @@ def run_warmup(
 
     if grid not in ("after", "before"):
         raise ValueError(f"grid must be 'after' or 'before', got {grid!r}")
+    if progress_every_s <= 0:
+        raise ValueError(f"progress_every_s must be > 0, got {progress_every_s}")
     require_cuda()
     run, start = WarmupRun(), time.perf_counter()
+    next_tick = progress_every_s
+
+    def sample(shape_run: ShapeRun, total: int, final: bool) -> None:
+        elapsed = time.perf_counter() - start
+        run.timeline.append((elapsed, run.executed))
+        if progress:
+            verb = "done" if final else "at"
+            progress(
+                f"{shape_run.name}: {verb} {shape_run.executed}/{total} Ms, "
+                f"{run.executed} calls in {elapsed:.1f}s"
+            )
+
     for entry in plan.entries:
         ms = entry.after if grid == "after" else entry.before
         shape_run = ShapeRun(entry.shape.name, entry.shape.kernel.value, len(ms))
@@ -143,16 +165,17 @@ def run_warmup(
             for m in ms:
                 call(m)
                 shape_run.executed += 1
-                if budget_s is not None and time.perf_counter() - start > budget_s:
+                now = time.perf_counter() - start
+                if budget_s is not None and now > budget_s:
                     run.truncated = True
                     break
+                if now >= next_tick:
+                    next_tick = now + progress_every_s
+                    sample(shape_run, len(ms), final=False)
         torch.cuda.synchronize()
         shape_run.seconds = time.perf_counter() - t0
         del call
         torch.cuda.empty_cache()
-        if progress:
-            progress(
-                f"{entry.shape.name}: {shape_run.executed}/{len(ms)} Ms in {shape_run.seconds:.1f}s"
-            )
+        sample(shape_run, len(ms), final=True)
     run.seconds = time.perf_counter() - start
     return run
