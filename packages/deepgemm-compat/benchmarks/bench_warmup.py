@@ -147,8 +147,15 @@ def _grid_max(r: dict) -> int:
     return r["dense_m_max"] if r["provider"] == "cp_aware" else r["m_max"]
 
 
+def _by_case(rows: list[dict]) -> dict[str, list[dict]]:
+    cases: dict[str, list[dict]] = {}
+    for r in rows:
+        cases.setdefault(r["case"], []).append(r)
+    return cases
+
+
 def report(rows: list[dict], out: Path) -> None:
-    """Print the side-by-side table; write deepgemm-compat.json and .png."""
+    """Print the side-by-side table; write deepgemm-compat.json and .png (a row per case)."""
     if not rows:
         return
     import matplotlib
@@ -157,34 +164,38 @@ def report(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     print(
-        f"{'variant':<10} | {'dense m_max':>11} | {'calls':>15} | {'kernels':>7} | "
+        f"{'case':<58} | {'variant':<8} | {'m_max':>6} | {'calls':>15} | {'kernels':>7} | "
         f"{'wall s':>7} | truncated"
     )
     for r in rows:
         calls = f"{r['calls_executed']}/{r['calls_planned']}"
         print(
-            f"{r['provider']:<10} | {_grid_max(r):>11} | "
+            f"{r['case']:<58} | {r['provider']:<8} | {_grid_max(r):>6} | "
             f"{calls:>15} | {r['kernels_compiled']:>7} | {r['wall_s']:>7.1f} | {r['truncated']}"
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "deepgemm-compat.json").write_text(json.dumps(rows, indent=1))
     colors = {"sglang": "tab:gray", "cp_aware": "tab:blue"}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for r in rows:
-        tl = r.get("timeline") or [[r["wall_s"], r["calls_executed"], r["kernels_compiled"]]]
-        t = [0.0] + [p[0] for p in tl]
-        c = colors.get(r["provider"])
-        label = f"{r['provider']} ({r['calls_planned']} calls planned)"
-        axes[0].plot(t, [0] + [p[1] for p in tl], color=c, label=label)
-        axes[0].axhline(r["calls_planned"], color=c, ls=":", lw=0.8)
-        axes[1].plot(t, [0] + [p[2] for p in tl], color=c, label=r["provider"])
-    axes[0].set_yscale("symlog", linthresh=100)
-    axes[0].set_ylabel("warmup calls executed (dotted: planned)")
-    axes[1].set_ylabel("kernels JIT-compiled")
-    for ax in axes:
-        ax.set_xlabel("seconds since warmup start (cold JIT cache)")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{rows[0]['gpu_name']}, {rows[0]['case']}", fontsize=8)
+    cases = _by_case(rows)
+    fig, axes = plt.subplots(len(cases), 2, figsize=(10, 3.6 * len(cases)), squeeze=False)
+    for (case, case_rows), (ax_calls, ax_kernels) in zip(cases.items(), axes, strict=True):
+        for r in case_rows:
+            tl = r.get("timeline") or [[r["wall_s"], r["calls_executed"], r["kernels_compiled"]]]
+            t = [0.0] + [p[0] for p in tl]
+            c = colors.get(r["provider"])
+            label = f"{r['provider']}: {r['calls_planned']} calls, {r['wall_s']:.0f} s"
+            ax_calls.plot(t, [0] + [p[1] for p in tl], color=c, label=label)
+            ax_calls.axhline(r["calls_planned"], color=c, ls=":", lw=0.8)
+            ax_kernels.plot(t, [0] + [p[2] for p in tl], color=c, label=r["provider"])
+        ax_calls.set_yscale("symlog", linthresh=100)
+        ax_calls.set_ylim(bottom=0)
+        ax_calls.set_ylabel("warmup calls done (dotted: planned)")
+        ax_kernels.set_ylabel("kernels JIT-compiled")
+        ax_calls.set_title(case, fontsize=8)
+        ax_kernels.set_title(case_rows[0]["gpu_name"] + ", cold JIT cache", fontsize=8)
+        for ax in (ax_calls, ax_kernels):
+            ax.set_xlabel("seconds since warmup start")
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "deepgemm-compat.png", dpi=120)
 
@@ -193,7 +204,7 @@ def calls_at(r: dict, seconds: float) -> tuple[int, int]:
     """(calls, kernels) a run had reached by ``seconds``, from its timeline samples."""
     calls = kernels = 0
     for t, c, k in r.get("timeline", []):
-        if t > seconds:
+        if t > seconds + 0.01:  # samples are rounded to 10 ms
             break
         calls, kernels = c, k
     return calls, kernels
@@ -225,45 +236,40 @@ def write_markdown(rows: list[dict], gpu: list[dict], out: Path) -> None:
             "Not run yet: see the package README for the command; "
             "`bench_warmup.py --report` rewrites this file from the run's JSON."
         ]
-    if rows:
-        r0 = rows[0]
+    for case, case_rows in _by_case(rows).items():
+        r0 = case_rows[0]
         lines += [
-            f"Cold-cache warmup, {r0['gpu_name']}, torch {r0['torch']}, sgl-deep-gemm "
-            f"{r0['sgl_deep_gemm']}, {r0['timestamp']}.",
-            f"Shapes (GLM-5.1, one rank): {r0['case']}. Command: `{r0['command']}`.",
+            f"### {case}",
             "",
-            "| grid | dense m_max | warmup calls (done/planned) | kernels compiled | wall s "
+            f"{r0['gpu_name']}, torch {r0['torch']}, sgl-deep-gemm {r0['sgl_deep_gemm']}, "
+            f"{r0['timestamp']}. Command: `{r0['command']}`.",
+            "",
+            "| grid | M grid up to | warmup calls (done/planned) | kernels compiled | wall s "
             "| truncated |",
             "|---|---|---|---|---|---|",
         ]
-        for r in rows:
-            mmax = _grid_max(r)
+        for r in case_rows:
             lines.append(
-                f"| {r['provider']} | {mmax} | {r['calls_executed']}/{r['calls_planned']} | "
-                f"{r['kernels_compiled']} | {r['wall_s']:.1f} | {r['truncated']} |"
+                f"| {r['provider']} | {_grid_max(r)} | {r['calls_executed']}/{r['calls_planned']} "
+                f"| {r['kernels_compiled']} | {r['wall_s']:.1f} | {r['truncated']} |"
             )
-        lines += [
-            "",
-            "Per shape:",
-            "",
-            "| grid | shape | kernel | Ms done/planned | s |",
-            "|---|---|---|---|---|",
-        ]
-        for r in rows:
+        lines += ["", "| grid | shape | kernel | Ms done/planned | s |", "|---|---|---|---|---|"]
+        for r in case_rows:
             for s in r["per_shape"]:
                 lines.append(
                     f"| {r['provider']} | {s['name']} | {s['kernel']} | "
                     f"{s['executed']}/{s['planned']} | {s['seconds']:.1f} |"
                 )
-        done = [r for r in rows if not r["truncated"]]
-        if done and len(rows) > 1:
+        done = [r for r in case_rows if not r["truncated"]]
+        if done and len(case_rows) > 1:
             first = min(done, key=lambda r: r["wall_s"])
             lines += ["", f"At {first['wall_s']:.1f} s, when {first['provider']} finished:", ""]
-            for r in rows:
+            for r in case_rows:
                 calls, kernels = calls_at(r, first["wall_s"])
                 lines.append(
                     f"- {r['provider']}: {calls}/{r['calls_planned']} calls, {kernels} kernels"
                 )
+        lines.append("")
     for doc in gpu:
         lines += [
             "",
@@ -323,7 +329,8 @@ def main() -> None:
         ]
     else:
         rows = parent(args)
-    rows.sort(key=lambda r: list(VARIANTS).index(r["provider"]))
+    case_order = list(dict.fromkeys(r["case"] for r in rows))
+    rows.sort(key=lambda r: (case_order.index(r["case"]), list(VARIANTS).index(r["provider"])))
     print(f"host: {platform.node()} python {platform.python_version()}")
     report(rows, Path(args.out))
     write_markdown(rows, gpu, Path(args.out))
