@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from sglang_cpkv.validate import PRESETS, Engine, Options, init_weights, run_reference_many
 from sglang_cpkv.validate import _engine as engine_mod
+from sglang_cpkv.validate import _model as model_mod
 from sglang_cpkv.validate import _step as step_mod
 from sglang_cpkv.validate._dist import free_port
 from sglang_cpkv.validate._rt import DistComm, LocalComm
@@ -62,51 +63,76 @@ def _register_kernels() -> str:
         return f"cpkv_kernels.register() failed: {type(exc).__name__}: {exc}"
 
 
-class _OpTimer:
-    """Wraps the cpkv_runtime ops the engine calls; sums their CUDA-event (or CPU wall) time."""
+class _PhaseTimer:
+    """Wraps the functions the engine calls per phase; sums each phase's CUDA-event (or CPU) time.
 
-    # Where the engine looks each op up (patched there for the duration of a run).
-    SITES: ClassVar[dict[str, object]] = {
-        "plan_layout": engine_mod,
-        "materialize": step_mod,
-        "fill_current": step_mod,
-        "remap_locs": step_mod,
+    Phases: the cpkv_runtime ops, then the reference model's own pieces, so a layer's time can
+    be split and each part's scaling with cp read off. A phase's time runs from the call's start
+    to its end on the stream, host waits inside it included; time outside every phase is "other".
+    """
+
+    # phase -> (module or class the engine looks the function up on, attribute name)
+    PHASES: ClassVar[dict[str, list[tuple[object, str]]]] = {
+        "cpkv_ops": [
+            (engine_mod, "plan_layout"),
+            (step_mod, "materialize"),
+            (step_mod, "fill_current"),
+            (step_mod, "remap_locs"),
+        ],
+        "indexer_scores": [(model_mod, "index_scores")],
+        "topk": [(model_mod, "select_topk")],
+        "sparse_attention": [(model_mod, "absorbed_attention")],
+        "projections_mlp": [
+            (model_mod, "attention_inputs"),
+            (model_mod, "attention_output"),
+            (model_mod, "mlp"),
+        ],
+        "all_gather": [(DistComm, "all_gather"), (LocalComm, "all_gather")],
     }
 
     def __init__(self, cuda: bool) -> None:
-        self.cuda, self.events, self.cpu_ms = cuda, [], 0.0
-        self.orig = {n: getattr(mod, n) for n, mod in self.SITES.items()}
-        for n, fn in self.orig.items():
-            setattr(self.SITES[n], n, self._wrap(fn))
+        self.cuda = cuda
+        self.events: dict[str, list] = {name: [] for name in self.PHASES}
+        self.cpu_ms = dict.fromkeys(self.PHASES, 0.0)
+        self.orig = [
+            (site, attr, getattr(site, attr))
+            for sites in self.PHASES.values()
+            for site, attr in sites
+        ]
+        for phase, sites in self.PHASES.items():
+            for site, attr in sites:
+                setattr(site, attr, self._wrap(phase, getattr(site, attr)))
 
-    def _wrap(self, fn):
+    def _wrap(self, phase: str, fn):
         def timed(*a, **k):
             if not self.cuda:
                 t0 = time.perf_counter()
                 out = fn(*a, **k)
-                self.cpu_ms += (time.perf_counter() - t0) * 1e3
+                self.cpu_ms[phase] += (time.perf_counter() - t0) * 1e3
                 return out
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             out = fn(*a, **k)
             end.record()
-            self.events.append((start, end))
+            self.events[phase].append((start, end))
             return out
 
         return timed
 
-    def take_ms(self) -> float:
+    def take_ms(self) -> dict[str, float]:
+        """Milliseconds per phase since the last call (and reset)."""
         if not self.cuda:
-            ms, self.cpu_ms = self.cpu_ms, 0.0
+            ms, self.cpu_ms = self.cpu_ms, dict.fromkeys(self.PHASES, 0.0)
             return ms
         torch.cuda.synchronize()
-        ms = sum(s.elapsed_time(e) for s, e in self.events)
-        self.events.clear()
+        ms = {p: sum(s.elapsed_time(e) for s, e in ev) for p, ev in self.events.items()}
+        for ev in self.events.values():
+            ev.clear()
         return ms
 
     def restore(self) -> None:
-        for n, fn in self.orig.items():
-            setattr(self.SITES[n], n, fn)
+        for site, attr, fn in self.orig:
+            setattr(site, attr, fn)
 
 
 def _sync(cuda: bool) -> None:
@@ -114,8 +140,11 @@ def _sync(cuda: bool) -> None:
         torch.cuda.synchronize()
 
 
-def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, list]:
-    """Prefill one request of ``tokens`` tokens in one chunk, ``warmup + reps`` times."""
+def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, dict]:
+    """Prefill one request of ``tokens`` tokens in one chunk, ``warmup + reps`` times.
+
+    Returns the wall ms per layer of each timed rep and, per phase, its ms per layer.
+    """
     cuda, layers = args.device == "cuda", args.layers
     cfg = PRESETS[args.preset].with_(num_hidden_layers=layers, index_topk_freq=1)
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -133,8 +162,9 @@ def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, l
         stable_topk=False,
     )
     ids = torch.randint(0, 448, (tokens,), generator=torch.Generator().manual_seed(1)).tolist()
-    timer = _OpTimer(cuda)
-    walls, ops = [], []
+    timer = _PhaseTimer(cuda)
+    walls: list[float] = []
+    phases: dict[str, list[float]] = {p: [] for p in _PhaseTimer.PHASES}
     try:
         for rep in range(args.warmup + args.reps):
             name = f"r{rep}"
@@ -149,17 +179,18 @@ def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, l
             if comm.world > 1:
                 dist.barrier()
             wall = (time.perf_counter() - t0) * 1e3 / layers
-            op_ms = timer.take_ms() / layers
+            phase_ms = timer.take_ms()
             eng.finish(name)
             if rep >= args.warmup:
                 walls.append(wall)
-                ops.append(op_ms)
+                for phase, ms in phase_ms.items():
+                    phases[phase].append(ms / layers)
     finally:
         timer.restore()
     del eng, w
     if cuda:
         torch.cuda.empty_cache()
-    return walls, ops
+    return walls, phases
 
 
 def _quantiles(xs: list[float]) -> dict[str, float]:
@@ -210,8 +241,10 @@ def _prefill_rows(args, meta) -> list[dict]:
                 path = Path(d) / "prefill.json"
                 mp.spawn(_worker, args=(args, cp, free_port(), str(path)), nprocs=cp, join=True)
                 res = json.loads(path.read_text())
-        for tokens, backend, walls, ops in res:
-            for op, xs in (("prefill_layer", walls), ("cpkv_ops_per_layer", ops)):
+        for tokens, backend, walls, phases in res:
+            series = [("prefill_layer", walls), ("cpkv_ops_per_layer", phases["cpkv_ops"])]
+            series += [(f"phase:{p}", xs) for p, xs in phases.items() if p != "cpkv_ops"]
+            for op, xs in series:
                 rows.append(
                     {
                         "op": op,
@@ -341,6 +374,40 @@ def _prefill_table(prows: list[dict]) -> list[str]:
             f"tokens={r['tokens']:>6} cp={r['cp']} | {r['provider']:6s} | {r['p50']:9.1f} "
             f"ms/layer | cpkv ops {op['p50']:7.2f} ms/layer | {ratio} vs cp 1"
         )
+    return lines + _phase_table(prows)
+
+
+def _phase_table(prows: list[dict]) -> list[str]:
+    """ms/layer (p50) per phase, and each phase's speed-up over cp 1 in brackets."""
+    phases = ["cpkv_ops_per_layer"] + [f"phase:{p}" for p in _PhaseTimer.PHASES if p != "cpkv_ops"]
+    got = {(r["op"], r["tokens"], r["cp"], r["provider"]): r["p50"] for r in prows}
+    if not any(k[0].startswith("phase:") for k in got):
+        return []
+    names = [p.removeprefix("phase:").removesuffix("_per_layer") for p in phases]
+    lines = [
+        "",
+        "Where a layer's time goes (ms/layer p50; in brackets the speed-up over cp 1). "
+        '"other" is the layer time outside every timed phase.',
+        "",
+        f"| tokens | cp | provider | {' | '.join(names)} | other |",
+        "|---:|---:|---|" + "---:|" * (len(names) + 1),
+    ]
+    for r in (r for r in prows if r["op"] == "prefill_layer"):
+        key = (r["tokens"], r["cp"], r["provider"])
+        vals = [got.get((p, *key), 0.0) for p in phases]
+        cells = []
+        for p, v in zip([*phases, "other"], [*vals, r["p50"] - sum(vals)], strict=True):
+            if p == "other":
+                base_layer = got.get(("prefill_layer", r["tokens"], 1, r["provider"]))
+                base_sum = sum(got.get((q, r["tokens"], 1, r["provider"]), 0.0) for q in phases)
+                base = None if base_layer is None else base_layer - base_sum
+            else:
+                base = got.get((p, r["tokens"], 1, r["provider"]))
+            # no ratio where cp 1 has (next to) none of it, e.g. the all-gather
+            ratio = f" ({base / v:.2f}x)" if base and base >= 0.05 and v > 0 and r["cp"] > 1 else ""
+            cells.append(f"{v:.1f}{ratio}")
+        lines.append(f"| {r['tokens']} | {r['cp']} | {r['provider']} | {' | '.join(cells)} |")
+    print("\n".join(lines))
     return lines
 
 
