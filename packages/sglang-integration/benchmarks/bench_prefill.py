@@ -511,12 +511,18 @@ def main() -> int:
     vrows, md = ([], []) if args.skip_validate else _validate_rows(args, meta)
     prows = [] if args.skip_prefill else _prefill_rows(args, meta)
     lines = _prefill_table(prows) if prows else []
-    # Merge with the rows other machines recorded (this machine's rows are replaced).
+    # Merge with the recorded rows: only the measurements this run made again are replaced
+    # (same machine, op, case and provider), so a --skip-validate run keeps the validate rows.
     old_json = Path(args.doc).with_suffix(".json")
+
+    def key(r: dict) -> tuple:
+        return (r.get("where"), r["op"], r.get("case"), r.get("provider"))
+
+    remade = {key(r) for r in vrows + prows}
     rows = [
         r
         for r in (json.loads(old_json.read_text()) if old_json.exists() else [])
-        if r.get("where") != where
+        if key(r) not in remade
     ]
     rows += vrows + prows
     (out / "validate.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
@@ -524,12 +530,13 @@ def main() -> int:
     if all_prefill:
         _plot(all_prefill, out / "validate.png")
     model = PRESETS[args.preset]
-    section = [
+    head = [
         f"### {where} — torch {meta['torch']}, CUDA {meta['cuda']}, {meta['timestamp']}",
         "",
         f"Command: `{meta['command']}`. Kernels: {kernels}.",
         "",
     ]
+    section: list[str] = []
     if lines:
         section += [
             f"Prefill time per layer: one request prefilled in one chunk, `{args.preset}` dims "
@@ -541,9 +548,13 @@ def main() -> int:
             *lines,
             "",
         ]
-    section += md
+    # prefill and validate results are separate sections, so one part's run keeps the other's
     doc = Path(args.doc).read_text() if Path(args.doc).exists() else "# cpkv-validate\n"
-    (out / "validate.md").write_text(_splice(doc, f"results {where}", "\n".join(section)))
+    if section:
+        doc = _splice(doc, f"prefill {where}", "\n".join(head + section))
+    if md:
+        doc = _splice(doc, f"validate {where}", "\n".join(head + md))
+    (out / "validate.md").write_text(doc)
     print(
         f"wrote {out}/validate.json, {out}/validate.md" + (", validate.png" if all_prefill else "")
     )
