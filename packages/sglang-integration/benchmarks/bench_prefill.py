@@ -8,11 +8,15 @@ Two parts, one run:
 2. ``prefill``: one request of 32K / 128K tokens prefilled in one chunk through the reference
    engine with GLM-5 attention dimensions (64 heads, kv_lora 512 + rope 64 = 576-wide latent,
    indexer 32 x 128, top-k 2048, page 64, bf16), cp 1 vs cp 2 (NCCL). Reported: wall time per
-   layer (p50/p20/p80 over ``--reps``), and the part of it spent in the cpkv_runtime ops
-   (plan_layout, materialize, fill_current, remap_locs), per backend (``--backends``).
+   layer (p50/p20/p80 over ``--reps``) and its phases: the cpkv_runtime ops (plan_layout,
+   materialize, fill_current, remap_locs), indexer scores, top-k, sparse attention,
+   projections + MLP and the all-gather, each with its speed-up over cp 1, per backend
+   (``--backends``). ``report_cp_scaling.py`` turns the rows into the CP scaling record.
 
-Writes ``validate.json`` (rows), ``validate.png`` (ms/layer vs tokens) and ``validate.md`` under
-``--out``. Runs with plain ``python3`` and ``PYTHONPATH=packages/*/src`` (no install needed).
+Writes ``validate.json`` (rows; a rerun replaces only the rows it measured again),
+``validate.png`` (ms/layer vs tokens) and ``validate.md`` (a validate and a prefill section per
+machine) under ``--out``. Runs with plain ``python3`` and ``PYTHONPATH=packages/*/src`` (no
+install needed).
 
     python3 packages/sglang-integration/benchmarks/bench_prefill.py --cp 1 2 --out docs/benchmarks
 """

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-# Issue goals: parallel efficiency at 128K tokens.
+# Scaling goals: parallel efficiency (speed-up / cp) at 128K tokens, per cp.
 GOALS = {2: 0.90, 8: 0.75}
 GOAL_TOKENS = 131072
 PHASES = [
