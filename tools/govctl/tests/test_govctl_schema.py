@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 from _govctl_support import BUNDLED_SCHEMA, FIXTURES, MAX_EXAMPLES, REPO_SCHEMA
 from govctl._compile import compile_schema
+from govctl._rules import ID_PATTERN, REF_PATTERN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,17 @@ VALID_DOCS = [
 
 
 def test_repo_schema_is_the_bundled_schema() -> None:
-    assert REPO_SCHEMA.read_text() == BUNDLED_SCHEMA.read_text()
+    """The packaged schema is the source; gov/schema/ holds a copy for editors' `#:schema` line."""
+    assert REPO_SCHEMA.read_text() == BUNDLED_SCHEMA.read_text(), (
+        f"gov/schema/work.schema.json differs from the packaged schema: cp {BUNDLED_SCHEMA} "
+        f"{REPO_SCHEMA}"
+    )
+
+
+def test_code_patterns_are_the_schema_patterns() -> None:
+    """E017/E021 read IDs and refs with the same patterns the schema's E009 uses."""
+    assert SCHEMA["definitions"]["work_id"]["pattern"] == f"^{ID_PATTERN}$"
+    assert SCHEMA["definitions"]["ref"]["pattern"] == f"^(?:{REF_PATTERN})$"
 
 
 def test_schema_is_valid_draft07_and_closed() -> None:
@@ -196,9 +207,9 @@ def test_rules_never_raise_on_malformed_documents(docs: list[Any]) -> None:
     from govctl._links import Artifacts, cross_file
     from govctl._load import WorkFile
     from govctl._rules import RULES
-    from govctl._schema import Schema
+    from govctl._schema import load_schema
 
-    schema = Schema(BUNDLED_SCHEMA)
+    schema = load_schema(BUNDLED_SCHEMA)
     files = [WorkFile(Path(f"2026-08-0{i}-x.toml"), f"f{i}", "", doc) for i, doc in enumerate(docs)]
     for wf in files:
         schema.check(wf)

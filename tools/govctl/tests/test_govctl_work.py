@@ -18,19 +18,26 @@ def govctl(gov_repo: Path, run_line):
 
 
 @pytest.fixture
-def item(govctl, gov_repo: Path) -> Path:
-    r = govctl(
-        "work",
-        "new",
+def new(govctl):
+    """`new(TITLE, *ARGS, d=TEXT)`: `govctl work new TITLE --date 2026-11-29 [-d TEXT] ARGS`."""
+
+    def run(title: str, *args: str, d: str | None = "Real."):
+        return govctl(
+            "work", "new", title, "--date", "2026-11-29", *(("-d", d) if d else ()), *args
+        )
+
+    return run
+
+
+@pytest.fixture
+def item(new, gov_repo: Path) -> Path:
+    r = new(
         "Key the JIT cache by torch version",
-        "--date",
-        "2026-11-29",
-        "-d",
-        "A torch upgrade must rebuild the kernels.",
         "-c",
         "fix: a torch upgrade triggers a rebuild",
         "-c",
         "chore: tests pass",
+        d="A torch upgrade must rebuild the kernels.",
     )
     assert r.exit_code == 0
     return gov_repo / "gov/work/2026-11-29-key-the-jit-cache-by-torch-version.toml"
@@ -66,20 +73,10 @@ category = "chore"
     assert govctl("check", "-W").exit_code == 0
 
 
-def test_new_ids_per_strategy(govctl, gov_repo: Path) -> None:
+def test_new_ids_per_strategy(govctl, new) -> None:
     made = []
     for strategy in ("sequential", "sequential", "random", "author-hash"):
-        r = govctl(
-            "work",
-            "new",
-            f"Item {len(made)}",
-            "--date",
-            "2026-11-29",
-            "--id-strategy",
-            strategy,
-            "-d",
-            "Real text.",
-        )
+        r = new(f"Item {len(made)}", "--id-strategy", strategy)
         made.append(r.stdout.split()[1])
     assert made[:2] == ["WI-2026-11-29-001", "WI-2026-11-29-002"]
     assert re.fullmatch(r"WI-2026-11-29-[0-9a-f]{4}", made[2])
@@ -100,30 +97,20 @@ def test_bad_config_is_a_usage_error(govctl, gov_repo: Path) -> None:
     assert "id_strategy = 'uuid'" in r.stderr
 
 
-def test_new_without_description_warns(govctl) -> None:
-    assert govctl("work", "new", "Later", "--date", "2026-11-29").exit_code == 0
+def test_new_without_description_warns(govctl, new) -> None:
+    assert new("Later", d=None).exit_code == 0
     r = govctl("check")
     assert (r.exit_code, r.stdout.splitlines()[0][:12]) == (0, "warning[W001")
 
 
-def test_new_refuses_an_existing_file_name(govctl, item: Path) -> None:
-    r = govctl("work", "new", "Key the JIT cache by torch version", "--date", "2026-11-29")
+def test_new_refuses_an_existing_file_name(new, item: Path) -> None:
+    r = new("Key the JIT cache by torch version", d=None)
     assert r.exit_code == 2
     assert "already exists" in r.stderr
 
 
-def test_new_refuses_dangling_depends_on(govctl, gov_repo: Path) -> None:
-    r = govctl(
-        "work",
-        "new",
-        "X",
-        "--date",
-        "2026-11-29",
-        "-d",
-        "Real.",
-        "--depends-on",
-        "WI-2026-01-01-001",
-    )
+def test_new_refuses_dangling_depends_on(new, gov_repo: Path) -> None:
+    r = new("X", "--depends-on", "WI-2026-01-01-001")
     assert r.exit_code == 1
     assert "E021" in r.stderr
     assert list((gov_repo / "gov/work").iterdir()) == []
@@ -210,9 +197,8 @@ def test_add(govctl, gov_repo: Path, item: Path) -> None:
     assert (r.exit_code, "E021" in r.stderr) == (1, True)
 
 
-def test_add_refuses_a_cycle(govctl, gov_repo: Path, item: Path) -> None:
-    r = govctl("work", "new", "Second", "--date", "2026-11-29", "-d", "Real.", "--depends-on", ID)
-    assert r.exit_code == 0
+def test_add_refuses_a_cycle(govctl, new, item: Path) -> None:
+    assert new("Second", "--depends-on", ID).exit_code == 0
     r = govctl("work", "add", ID, "depends_on", "WI-2026-11-29-002")
     assert r.exit_code == 1
     assert (
@@ -221,8 +207,8 @@ def test_add_refuses_a_cycle(govctl, gov_repo: Path, item: Path) -> None:
     )
 
 
-def test_list_show_render(govctl, item: Path) -> None:
-    govctl("work", "new", "Another", "--date", "2026-11-29", "-d", "Real.", "--active")
+def test_list_show_render(govctl, new, item: Path) -> None:
+    new("Another", "--active")
     r = govctl("work", "list")
     assert r.stdout == (
         f"{ID}  queue   2026-11-29  Key the JIT cache by torch version\n"
@@ -258,8 +244,8 @@ A torch upgrade must rebuild the kernels.
     )
 
 
-def test_render_links_and_output_file(govctl, gov_repo: Path, item: Path) -> None:
-    govctl("work", "new", "Linked", "--date", "2026-11-29", "-d", f"Follows [[{ID}]].", "--ref", ID)
+def test_render_links_and_output_file(govctl, new, gov_repo: Path, item: Path) -> None:
+    new("Linked", "--ref", ID, d=f"Follows [[{ID}]].")
     out = gov_repo / "linked.md"
     assert govctl("work", "render", "WI-2026-11-29-002", "-o", out).exit_code == 0
     md = out.read_text()
@@ -289,8 +275,8 @@ def test_check_a_gov_directory_and_a_single_file(govctl, gov_repo: Path, item: P
 
 
 def test_single_file_resolves_refs_against_the_rest_of_gov_work(
-    govctl, gov_repo: Path, item: Path
+    govctl, new, gov_repo: Path, item: Path
 ) -> None:
-    govctl("work", "new", "Dependent", "--date", "2026-11-29", "-d", "Real.", "--depends-on", ID)
+    new("Dependent", "--depends-on", ID)
     dependent = gov_repo / "gov/work/2026-11-29-dependent.toml"
     assert govctl("check", "-W", dependent).exit_code == 0

@@ -25,6 +25,8 @@ CATEGORY_PREFIXES = {
 META_ORDER = ("id", "title", "status", "created", "started", "completed", "refs", "depends_on",
               "tags")
 # fmt: on
+# the list fields `work add` appends to
+ADDABLE = ("acceptance_criteria", "refs", "depends_on", "tags", "notes")
 
 
 def toml_str(s: str) -> str:

@@ -17,12 +17,11 @@ from typing import Any
 from govctl._diagnostics import Diagnostic, diag
 from govctl._graph import elementary_cycles
 from govctl._load import WorkFile
+from govctl._rules import REF_PATTERN
 
 LINK_RE = re.compile(r"\[\[((?:RFC|ADR|WI)-[A-Za-z0-9:-]+)\]\]")
 # refs the schema accepts; a malformed one is the schema's E009, not also a dangling E021
-REF_RE = re.compile(
-    r"RFC-\d{4}(?::C-[A-Z][A-Z0-9-]*)?|ADR-\d{4}|WI-\d{4}-\d{2}-\d{2}-(?:[a-f0-9]{4}(?:-\d{3})?|\d{3})"
-)
+REF_RE = re.compile(REF_PATTERN)
 
 
 class Artifacts:
@@ -92,15 +91,9 @@ def cross_file(
         for key in ("refs", "depends_on"):
             for ref in _strings(wf.get("govctl", key)):
                 if REF_RE.fullmatch(ref) and not resolves(ref):
-                    out.append(
-                        diag(
-                            "E021",
-                            f"{key}: '{ref}' does not resolve to a "
-                            f"{'work item' if ref.startswith('WI-') else 'known artifact'}",
-                            wf.shown,
-                            wf.line_of("govctl", key),
-                        )
-                    )
+                    what = "work item" if ref.startswith("WI-") else "known artifact"
+                    msg = f"{key}: '{ref}' does not resolve to a {what}"
+                    out.append(wf.diag("E021", msg, "govctl", key))
         seen: set[str] = set()
         for text in _texts(wf):
             if "[[" not in text:
@@ -115,38 +108,21 @@ def cross_file(
                 other = by_id.get(dep)
                 status = other[0].get("govctl", "status") if other else None
                 if other and status != "done":
-                    out.append(
-                        diag(
-                            "W003",
-                            f"'done' but depends on {dep}, which is '{status}'",
-                            wf.shown,
-                            wf.line_of("govctl", "depends_on"),
-                        )
-                    )
+                    msg = f"'done' but depends on {dep}, which is '{status}'"
+                    out.append(wf.diag("W003", msg, "govctl", "depends_on"))
     out.extend(_cycles(by_id, is_checked))
     return out
 
 
 def _duplicates(item_id: str, files: list[WorkFile], is_checked: set[int]) -> Iterator[Diagnostic]:
+    """E020 on every checked copy after the first; on the first only when no other is checked."""
     first = files[0]
-    reported = False
-    for other in files[1:]:
-        if id(other) in is_checked:
-            reported = True
-            yield diag(
-                "E020",
-                f"duplicate ID {item_id} (also in {first.shown}:{first.line_of('govctl', 'id')})",
-                other.shown,
-                other.line_of("govctl", "id"),
-            )
-    if not reported and id(first) in is_checked:
-        other = files[1]
-        yield diag(
-            "E020",
-            f"duplicate ID {item_id} (also in {other.shown}:{other.line_of('govctl', 'id')})",
-            first.shown,
-            first.line_of("govctl", "id"),
-        )
+    pairs = [(other, first) for other in files[1:] if id(other) in is_checked]
+    if not pairs and id(first) in is_checked:
+        pairs = [(first, files[1])]
+    for wf, also in pairs:
+        where = f"{also.shown}:{also.line_of('govctl', 'id')}"
+        yield wf.diag("E020", f"duplicate ID {item_id} (also in {where})", "govctl", "id")
 
 
 def _cycles(by_id: dict[str, list[WorkFile]], is_checked: set[int]) -> Iterator[Diagnostic]:
@@ -160,6 +136,4 @@ def _cycles(by_id: dict[str, list[WorkFile]], is_checked: set[int]) -> Iterator[
             continue
         wf = owners[0]
         chain = " -> ".join([*cycle, cycle[0]])
-        yield diag(
-            "E023", f"depends_on cycle: {chain}", wf.shown, wf.line_of("govctl", "depends_on")
-        )
+        yield wf.diag("E023", f"depends_on cycle: {chain}", "govctl", "depends_on")

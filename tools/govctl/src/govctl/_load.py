@@ -56,6 +56,10 @@ class WorkFile:
             self._lines = key_lines(self.text)
         return lookup(self._lines, path)
 
+    def diag(self, code: str, message: str, *path: str | int) -> Diagnostic:
+        """A diagnostic in this file at the line of key `path` (line 1 when `path` is empty)."""
+        return diag(code, message, self.shown, self.line_of(*path) if path else 1)
+
     def get(self, table: str, key: str) -> Any:
         """`doc[table][key]` or None, tolerating a document of the wrong shape."""
         t = self.doc.get(table) if isinstance(self.doc, dict) else None

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from govctl._links import LINK_RE
 from govctl._load import WorkFile
 
-_LINK_RE = re.compile(r"\[\[((?:RFC|ADR|WI)-[A-Za-z0-9:-]+)\]\]")
 _BOX = {"done": "[x]", "cancelled": "[-]", "pending": "[ ]"}
 
 
@@ -77,7 +76,7 @@ def show_text(wf: WorkFile) -> str:
 
 def _links(text: str) -> str:
     """[[WI-...]] -> [WI-...](WI-....md): rendered items sit side by side, one file per ID."""
-    return _LINK_RE.sub(lambda m: f"[{m.group(1)}]({m.group(1).split(':')[0]}.md)", text)
+    return LINK_RE.sub(lambda m: f"[{m.group(1)}]({m.group(1).split(':')[0]}.md)", text)
 
 
 def render_markdown(wf: WorkFile) -> str:

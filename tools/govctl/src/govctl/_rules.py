@@ -13,13 +13,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from govctl._compile import is_date
-from govctl._diagnostics import Diagnostic, diag
+from govctl._diagnostics import Diagnostic
 from govctl._load import WorkFile
 
 Rule = Callable[[WorkFile], Iterator[Diagnostic]]
 
 SCHEMA_LINE = "#:schema ../schema/work.schema.json"
-ID_RE = re.compile(r"WI-(\d{4}-\d{2}-\d{2})-(?:[a-f0-9]{4}(?:-\d{3})?|\d{3})")
+# the schema's `work_id` and `ref` patterns (a test keeps them equal to work.schema.json's)
+ID_PATTERN = r"WI-\d{4}-\d{2}-\d{2}-(?:[a-f0-9]{4}(?:-\d{3})?|\d{3})"
+REF_PATTERN = rf"RFC-\d{{4}}(?::C-[A-Z][A-Z0-9-]*)?|ADR-\d{{4}}|{ID_PATTERN}"
+ID_RE = re.compile(ID_PATTERN)
 PLACEHOLDER_RE = re.compile(
     r"(?is)\s*(?:todo|tbd|tbc|fixme|xxx|wip|placeholder|n/?a|\.\.\.|…|-+|lorem ipsum.*"
     r"|todo:.*|describe (?:the|this) work.*|<[^>]*>)?\s*[.!]?\s*"
@@ -51,6 +54,11 @@ def _list(wf: WorkFile, table: str, key: str) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
+def criteria_of(wf: WorkFile) -> list[dict[str, Any]]:
+    """The acceptance criteria tables (malformed entries, reported by the schema, are skipped)."""
+    return [c for c in _list(wf, "content", "acceptance_criteria") if isinstance(c, dict)]
+
+
 def rule_status_dates(wf: WorkFile) -> Iterator[Diagnostic]:
     """E011 a date the status needs is missing; E013 a date the status forbids is present."""
     status = _status(wf)
@@ -58,20 +66,15 @@ def rule_status_dates(wf: WorkFile) -> Iterator[Diagnostic]:
         return
     for key in NEEDS[status]:
         if wf.get("govctl", key) is None:
-            yield diag(
+            yield wf.diag(
                 "E011",
                 f"status '{status}' needs '{key}' (`govctl work move` stamps it)",
-                wf.shown,
-                wf.line_of("govctl", "status"),
+                "govctl",
+                "status",
             )
     for key in FORBIDS[status]:
         if wf.get("govctl", key) is not None:
-            yield diag(
-                "E013",
-                f"status '{status}' must not have '{key}'",
-                wf.shown,
-                wf.line_of("govctl", key),
-            )
+            yield wf.diag("E013", f"status '{status}' must not have '{key}'", "govctl", key)
 
 
 def rule_date_order(wf: WorkFile) -> Iterator[Diagnostic]:
@@ -83,11 +86,8 @@ def rule_date_order(wf: WorkFile) -> Iterator[Diagnostic]:
             a, b = dates[earlier], dates[later]
             if a is not None and b is not None:
                 if b < a:
-                    yield diag(
-                        "E012",
-                        f"'{later}' ({b}) precedes '{earlier}' ({a})",
-                        wf.shown,
-                        wf.line_of("govctl", later),
+                    yield wf.diag(
+                        "E012", f"'{later}' ({b}) precedes '{earlier}' ({a})", "govctl", later
                     )
                 break  # compare with the nearest earlier date only: one diagnostic per problem
 
@@ -96,23 +96,25 @@ def rule_done_criteria(wf: WorkFile) -> Iterator[Diagnostic]:
     """E014 done needs >= 1 acceptance criterion; E015 none of them may still be pending."""
     if _status(wf) != "done":
         return
-    crit = [c for c in _list(wf, "content", "acceptance_criteria") if isinstance(c, dict)]
+    crit = criteria_of(wf)
     if not crit:
-        yield diag(
+        yield wf.diag(
             "E014",
             "status 'done' needs at least one [[content.acceptance_criteria]]",
-            wf.shown,
-            wf.line_of("govctl", "status"),
+            "govctl",
+            "status",
         )
     for i, c in enumerate(crit):
         if c.get("status", "pending") == "pending":
             text = str(c.get("text", ""))[:60]
-            yield diag(
+            yield wf.diag(
                 "E015",
                 f"criterion {i + 1} ('{text}') is pending but the item is 'done' "
                 "(tick it: `govctl work tick ID PATTERN`)",
-                wf.shown,
-                wf.line_of("content", "acceptance_criteria", i, "status"),
+                "content",
+                "acceptance_criteria",
+                i,
+                "status",
             )
 
 
@@ -124,33 +126,26 @@ def rule_journal_dates(wf: WorkFile) -> Iterator[Diagnostic]:
         if d is None:
             continue
         if lo is not None and d < lo:
-            yield diag(
-                "E016",
-                f"journal entry {i + 1} ({d}) predates 'created' ({lo})",
-                wf.shown,
-                wf.line_of("content", "journal", i, "date"),
-            )
+            why = f"predates 'created' ({lo})"
         elif hi is not None and d > hi:
-            yield diag(
-                "E016",
-                f"journal entry {i + 1} ({d}) is after 'completed' ({hi})",
-                wf.shown,
-                wf.line_of("content", "journal", i, "date"),
-            )
+            why = f"is after 'completed' ({hi})"
+        else:
+            continue
+        yield wf.diag("E016", f"journal entry {i + 1} ({d}) {why}", "content", "journal", i, "date")
 
 
 def rule_file_name(wf: WorkFile) -> Iterator[Diagnostic]:
     """E017 the file is named <ID date>-<slug>.toml."""
-    m = ID_RE.fullmatch(wf.item_id or "")
-    if m is None:
+    item_id = wf.item_id
+    if item_id is None or not ID_RE.fullmatch(item_id):
         return
-    name = wf.path.name
-    if not name.startswith(m.group(1) + "-") or not name.endswith(".toml"):
-        yield diag(
+    day, name = item_id[3:13], wf.path.name  # WI-YYYY-MM-DD-...
+    if not name.startswith(day + "-") or not name.endswith(".toml"):
+        yield wf.diag(
             "E017",
-            f"file name '{name}' should start with the ID's date: {m.group(1)}-<slug>.toml",
-            wf.shown,
-            wf.line_of("govctl", "id"),
+            f"file name '{name}' should start with the ID's date: {day}-<slug>.toml",
+            "govctl",
+            "id",
         )
 
 
@@ -158,19 +153,15 @@ def rule_placeholder(wf: WorkFile) -> Iterator[Diagnostic]:
     """W001 the description is empty or template text."""
     d = wf.get("content", "description")
     if isinstance(d, str) and PLACEHOLDER_RE.fullmatch(d):
-        yield diag(
-            "W001",
-            f"placeholder description {d.strip()[:40]!r}; say what and why",
-            wf.shown,
-            wf.line_of("content", "description"),
-        )
+        msg = f"placeholder description {d.strip()[:40]!r}; say what and why"
+        yield wf.diag("W001", msg, "content", "description")
 
 
 def rule_schema_line(wf: WorkFile) -> Iterator[Diagnostic]:
     """W002 the first line points editors at the schema."""
     first = wf.text.split("\n", 1)[0]
     if not (first.startswith("#:schema ") and "work.schema.json" in first):
-        yield diag("W002", f"first line should be `{SCHEMA_LINE}`", wf.shown, 1)
+        yield wf.diag("W002", f"first line should be `{SCHEMA_LINE}`")
 
 
 RULES: tuple[Rule, ...] = (

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from govctl._compile import Predicate, compile_schema
-from govctl._diagnostics import Diagnostic, diag
+from govctl._diagnostics import Diagnostic
 from govctl._load import WorkFile
 
 BUNDLED_SCHEMA = Path(__file__).with_name("work.schema.json")
@@ -95,22 +95,20 @@ def _to_diagnostics(e: Any, wf: WorkFile) -> list[Diagnostic]:
     if e.validator == "required":
         missing = [k for k in e.validator_value if k not in e.instance]
         return [
-            diag(code, f"missing required key '{k}' in {_table(path)}", wf.shown, wf.line_of(*path))
-            for k in missing
+            wf.diag(code, f"missing required key '{k}' in {_table(path)}", *path) for k in missing
         ]
     if e.validator == "additionalProperties":
         allowed = sorted(e.schema.get("properties", {}))
         extra = [k for k in e.instance if k not in allowed]
         return [
-            diag(
+            wf.diag(
                 code,
                 f"unknown key '{k}' in {_table(path)} (allowed: {', '.join(allowed)})",
-                wf.shown,
-                wf.line_of(*path, k),
+                *path,
+                k,
             )
             for k in extra
         ]
-    line = wf.line_of(*path)
     if e.validator == "type":
         got = f"{_json_type(e.instance)} {_short(e.instance)}"
         msg = f"{where}: expected {e.validator_value}, got {got}"
@@ -132,7 +130,7 @@ def _to_diagnostics(e: Any, wf: WorkFile) -> list[Diagnostic]:
         msg = f"{where}: lists an item twice {_short(e.instance)}"
     else:
         msg = f"{where}: {e.message}"
-    return [diag(code, msg, wf.shown, line)]
+    return [wf.diag(code, msg, *path)]
 
 
 def _json_type(x: Any) -> str:

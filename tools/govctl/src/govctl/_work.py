@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from govctl._config import Config
-from govctl._edit import META_ORDER, append_table, parse_criterion, set_after, toml_ml_str, toml_str
+from govctl._edit import (
+    ADDABLE,
+    META_ORDER,
+    append_table,
+    parse_criterion,
+    set_after,
+    toml_ml_str,
+    toml_str,
+)
 from govctl._ids import new_id, slugify
 from govctl._load import WorkFile, load
-from govctl._rules import SCHEMA_LINE, date_of
+from govctl._rules import SCHEMA_LINE, criteria_of, date_of
 from govctl._store import write_checked
 from govctl.errors import LifecycleError, UsageError
 
@@ -26,7 +34,6 @@ TRANSITIONS = {
     ("active", "done"),
     ("active", "cancelled"),
 }
-ADDABLE = ("acceptance_criteria", "refs", "depends_on", "tags", "notes")
 PLACEHOLDER = "TODO: describe what this work item changes and why."
 
 
@@ -41,12 +48,6 @@ def check_date(value: str | None) -> str:
     if date_of(value) is None:
         raise UsageError(f"--date {value!r}: expected a real date YYYY-MM-DD")
     return value
-
-
-def criteria_of(wf: WorkFile) -> list[dict[str, Any]]:
-    """The acceptance criteria tables (malformed entries, reported by `check`, are skipped)."""
-    crit = wf.get("content", "acceptance_criteria")
-    return [c for c in crit if isinstance(c, dict)] if isinstance(crit, list) else []
 
 
 def all_items(cfg: Config) -> list[WorkFile]:
@@ -65,10 +66,10 @@ def locate(cfg: Config, item_id: str) -> WorkFile:
     return hits[0]
 
 
-def _mutate(cfg: Config, item_id: str, edit: Callable[[Any], None]) -> Path:
+def _mutate(cfg: Config, wf: WorkFile, edit: Callable[[Any], None]) -> Path:
+    """Apply `edit` to the tomlkit document of `wf` and write it back (checked, atomic)."""
     import tomlkit
 
-    wf = locate(cfg, item_id)
     doc = tomlkit.parse(wf.text)
     edit(doc)
     write_checked(wf.path, tomlkit.dumps(doc), root=cfg.root)
@@ -163,16 +164,16 @@ def move(cfg: Config, item_id: str, status: str, *, date: str | None = None) -> 
         if status in ("done", "cancelled"):
             set_after(meta, "completed", date, META_ORDER[:5])
 
-    return _mutate(cfg, item_id, edit)
+    return _mutate(cfg, wf, edit)
 
 
 def tick(cfg: Config, item_id: str, pattern: str, status: str = "done") -> tuple[Path, str]:
     """Set the status of the one criterion matching `pattern`; return (path, its text)."""
     wf = locate(cfg, item_id)
-    raw = wf.get("content", "acceptance_criteria")
-    if isinstance(raw, list) and len(raw) != len(criteria_of(wf)):
+    raw, crit = wf.get("content", "acceptance_criteria"), criteria_of(wf)
+    if isinstance(raw, list) and len(raw) != len(crit):
         raise UsageError(f"{item_id}: malformed acceptance criteria; run `govctl check` first")
-    texts = [str(c.get("text", "")) for c in criteria_of(wf)]
+    texts = [str(c.get("text", "")) for c in crit]
     hits = [i for i, t in enumerate(texts) if t == pattern]
     if not hits:
         hits = [i for i, t in enumerate(texts) if pattern.lower() in t.lower()]
@@ -185,7 +186,7 @@ def tick(cfg: Config, item_id: str, pattern: str, status: str = "done") -> tuple
     def edit(doc: Any) -> None:
         doc["content"]["acceptance_criteria"][index]["status"] = status
 
-    return _mutate(cfg, item_id, edit), texts[index]
+    return _mutate(cfg, wf, edit), texts[index]
 
 
 def journal_add(
@@ -203,7 +204,7 @@ def journal_add(
     def edit(doc: Any) -> None:
         append_table(doc, doc["content"], "journal", row)
 
-    return _mutate(cfg, item_id, edit)
+    return _mutate(cfg, locate(cfg, item_id), edit)
 
 
 def add(cfg: Config, item_id: str, field: str, value: str) -> Path:
@@ -226,4 +227,4 @@ def add(cfg: Config, item_id: str, field: str, value: str) -> Path:
             after = ("description",) if field == "notes" else META_ORDER[: META_ORDER.index(field)]
             set_after(table, field, [value], after)
 
-    return _mutate(cfg, item_id, edit)
+    return _mutate(cfg, locate(cfg, item_id), edit)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from govctl._config import ID_STRATEGIES
+from govctl._edit import ADDABLE
 from govctl.errors import GovctlError, UsageError
 
 STATUSES = ("queue", "active", "done", "cancelled")
@@ -85,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     n.add_argument(
         "--id-strategy",
-        choices=("random", "author-hash", "sequential"),
+        choices=ID_STRATEGIES,
         help="override gov/config.toml [work_item] id_strategy",
     )
     m = w.add_parser("move", help="change status: queue -> active -> done, or -> cancelled")
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "add", help="append to a list: acceptance_criteria, refs, depends_on, tags, notes"
     )
     a.add_argument("id")
-    a.add_argument("field", choices=("acceptance_criteria", "refs", "depends_on", "tags", "notes"))
+    a.add_argument("field", choices=ADDABLE)
     a.add_argument("value")
     ls = w.add_parser("list", help="list work items")
     ls.add_argument("--status", choices=STATUSES, action="append", help="repeatable")
@@ -126,11 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None) -> ParseResult:
     """argv -> ParseResult; argparse exits with status 2 on bad usage."""
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
     if ns.version:
         return ParseResult("version")
     if ns.cmd is None:
-        build_parser().error("a command is required: check or work")
+        parser.error("a command is required: check or work")
     if ns.cmd == "check":
         return ParseResult(
             "check", paths=ns.paths, format=ns.format, deny_warnings=ns.deny_warnings
