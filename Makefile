@@ -20,8 +20,8 @@ format: ## apply ruff fixes and formatting
 	$(UV) run --frozen ruff check --fix .
 	$(UV) run --frozen ruff format .
 
-gov: ## validate the repo's work items
-	$(UV) run --frozen govctl check
+gov: ## validate the repo's work items (warnings fail, as in CI)
+	$(UV) run --frozen govctl check -W
 
 bench: ## run the CPU benchmarks (GPU ones run on the H200: see docs/benchmarks/)
 	$(UV) run --frozen python tools/govctl/benchmarks/bench_check.py
