@@ -147,6 +147,18 @@ def test_set_recomputes_a_shipped_indexer_types(run_line, tmp_path):
     assert new["indexer_types"] == ["full"] * 78 and new["index_topk_freq"] == 1
 
 
+def test_set_replaces_an_invalid_shipped_indexer_types(run_line, tmp_path):
+    """A stale list that `show` rejects (layer 0 shared) is printed as it was, then recomputed."""
+    d = write_model(tmp_path, "glm52_shipped")
+    (d / "config.json").write_text(
+        json.dumps(raw("glm52_shipped") | {"indexer_types": ["shared"] + ["full"] * 77})
+    )
+    code, out, err = run_line("set", d, "index_topk_freq=1")
+    assert code == 0 and err == ""
+    assert f"indexer_types: S{'F' * 19}... (77 of 78 full) -> {'F' * 20}... (78 of 78 full)" in out
+    assert json.loads((d / "config.json").read_text())["indexer_types"] == ["full"] * 78
+
+
 def test_set_pattern_then_back_to_freq(run_line, tmp_path):
     d = write_model(tmp_path, "glm5_freq4")
     pattern = "FF" + "S" * 76

@@ -19,7 +19,7 @@ from typing import Any
 
 from indexcache import IndexCacheError, IndexerSchedule, schedule_from_config
 
-from glm_config._settings import is_dsa
+from glm_config._settings import fs_pattern, is_dsa
 from glm_config.errors import NotDsaError, SettingError
 
 # key -> (accepts null, description); every value must be an int >= 1 unless it is the pattern.
@@ -110,14 +110,8 @@ def plan_edits(
             f"index_topk_pattern is set and takes priority over {', '.join(sorted(touches_freq))}, "
             f"so this edit would have no effect. Fix: also set index_topk_pattern=null."
         )
-    if "indexer_types" in raw:
-        rest = {k: v for k, v in new.items() if k != "indexer_types"}
-        try:
-            new["indexer_types"] = list(schedule_from_config(rest).indexer_types)
-        except IndexCacheError as exc:
-            raise SettingError(f"refused: {exc}") from None
-    try:
-        schedule_from_config(new, strict=True)
+    try:  # the schedule of the fields as edited, ignoring the indexer_types they replace
+        schedule = schedule_from_config({k: v for k, v in new.items() if k != "indexer_types"})
         if new.get("index_topk_freq") is not None or new.get("index_skip_topk_offset") is not None:
             # overridden by a pattern or not, the values written must be valid
             IndexerSchedule.from_freq(
@@ -127,6 +121,8 @@ def plan_edits(
             )
     except IndexCacheError as exc:
         raise SettingError(f"refused: {exc}") from None
+    if "indexer_types" in raw:
+        new["indexer_types"] = list(schedule.indexer_types)
     edits = [
         Edit(k, raw.get(k), new[k], derived=k not in updates)
         for k in new
@@ -137,9 +133,8 @@ def plan_edits(
 
 def describe(edit: Edit) -> str:
     def show(v: Any) -> str:
-        if isinstance(v, list) and v and all(x in ("full", "shared") for x in v):
-            s = IndexerSchedule.from_indexer_types(v)
-            return f"{s.pattern[:20]}... ({s.num_full} of {s.num_layers} full)"
+        if (pattern := fs_pattern(v)) is not None:  # the old list may be invalid: not validated
+            return f"{pattern[:20]}... ({pattern.count('F')} of {len(pattern)} full)"
         return json.dumps(v)
 
     tail = " (recomputed: it takes priority over the fields set)" if edit.derived else ""

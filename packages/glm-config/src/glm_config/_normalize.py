@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glm_config._releases import Defect, defects_for, transformers_version
-from glm_config._settings import INDEXCACHE_FIELDS, expected_settings, is_dsa
+from glm_config._settings import INDEXCACHE_FIELDS, expected_settings, fs_pattern, is_dsa
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
@@ -142,7 +142,6 @@ def _reason(name: str, current: Any, defects: tuple[Defect, ...], version: str |
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, (list, tuple)) and value and all(v in ("full", "shared") for v in value):
-        pattern = "".join("F" if v == "full" else "S" for v in value)
+    if (pattern := fs_pattern(value)) is not None:
         return f"{pattern[:24]}{'...' if len(pattern) > 24 else ''} ({pattern.count('F')} full)"
     return repr(value)

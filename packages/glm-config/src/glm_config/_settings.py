@@ -27,6 +27,17 @@ SHOWN_FIELDS = (
 )
 
 
+def fs_pattern(value: Any) -> str | None:
+    """``"FFSS..."`` when ``value`` is an indexer_types list ("full"/"shared" entries), else None.
+
+    Nothing is validated, so a stale or malformed list (e.g. one starting with "shared") can still
+    be shown next to the value that replaces it.
+    """
+    if isinstance(value, (list, tuple)) and value and all(v in ("full", "shared") for v in value):
+        return "".join("F" if v == "full" else "S" for v in value)
+    return None
+
+
 def is_dsa(raw: Mapping[str, Any]) -> bool:
     """A DSA model: a GLM-5.x / DeepSeek-V3.2 model type, or any config with an indexer top-k."""
     return raw.get("model_type") in DSA_MODEL_TYPES or "index_topk" in raw

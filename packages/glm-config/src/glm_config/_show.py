@@ -10,7 +10,13 @@ from indexcache import schedule_savings
 
 from glm_config._normalize import MISSING, NormalizeReport, normalize
 from glm_config._releases import Defect, defects_for, transformers_version
-from glm_config._settings import SHOWN_FIELDS, DsaSettings, expected_settings, read_config_json
+from glm_config._settings import (
+    SHOWN_FIELDS,
+    DsaSettings,
+    expected_settings,
+    fs_pattern,
+    read_config_json,
+)
 
 
 @dataclass
@@ -94,8 +100,7 @@ def _equal(a: Any, b: Any) -> bool:
 def fmt(value: Any) -> str:
     if value is MISSING:
         return "(unset)"
-    if isinstance(value, (list, tuple)) and value and all(v in ("full", "shared") for v in value):
-        pattern = "".join("F" if v == "full" else "S" for v in value)
+    if (pattern := fs_pattern(value)) is not None:
         return f"{pattern[:12]}... ({pattern.count('F')} full)"
     return "null" if value is None else str(value)
 
