@@ -12,8 +12,9 @@ Where ``deepgemm_compat.mqa_logits`` imports and runs (fp8 kernel, CUDA), the sa
     PYTHONPATH=packages/indexcache/src:packages/deepgemm-compat/src \\
         python3 packages/indexcache/benchmarks/bench_indexer.py --out "$OUT"   # H200
 
-Writes ``<out>/indexcache.json`` and ``<out>/indexcache.png``; ``--md FILE`` also rewrites the
-section between ``<!-- BEGIN <section> -->`` and ``<!-- END <section> -->`` in FILE.
+Writes ``<out>/indexcache.json`` (rows of other devices already there are kept; this device's
+are replaced) and ``<out>/indexcache.png`` (this run); ``--md FILE`` also rewrites the section
+between ``<!-- BEGIN <section> -->`` and ``<!-- END <section> -->`` in FILE.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import indexcache
@@ -35,7 +37,10 @@ from indexcache import IndexerSchedule, TopkCarry, causal_window, lightning_inde
 
 LAYERS, HEADS, HEAD_DIM, TOPK = 78, 32, 128, 2048
 GOAL = 0.30  # shared-schedule indexer time / unshared, at most (21 of 78 layers compute: 0.269)
-SCHEDULES = {"freq 1": (1, 2), "freq 4 offset 2": (4, 2)}
+SCHEDULES = {
+    "freq 1": IndexerSchedule.from_freq(LAYERS, 1, 2),
+    "freq 4 offset 2": IndexerSchedule.from_freq(LAYERS, 4, 2),
+}
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], object], int], list[float]]:
@@ -142,21 +147,12 @@ def bench(args: argparse.Namespace) -> list[dict]:
             per_layer = timer(fn, args.reps)
             rows.append(_row("indexer_layer", name, case, per_layer, meta, t, q_rows, None, 1))
             p50 = statistics.median(per_layer)
-            scheds = {
-                label: IndexerSchedule.from_freq(LAYERS, *fo) for label, fo in SCHEDULES.items()
-            }
             reps = max(1, min(args.reps, int(args.loop_budget_s * 1e3 / (p50 * LAYERS))))
-            times: dict[str, list[float]] = {label: [] for label in scheds}
+            times: dict[str, list[float]] = {label: [] for label in SCHEDULES}
             for _ in range(reps):  # alternate schedules so drifting load hits both alike
-                for label, sched in scheds.items():
-
-                    def loop(sched=sched, fn=fn):
-                        carry = TopkCarry(sched)
-                        for layer in range(LAYERS):
-                            carry.step(layer, fn)
-
-                    times[label] += timer(loop, 1)
-            for label, sched in scheds.items():
+                for label, sched in SCHEDULES.items():
+                    times[label] += timer(partial(_run_layers, sched, fn), 1)
+            for label, sched in SCHEDULES.items():
                 rows.append(
                     _row(
                         "indexer_78_layers",
@@ -176,6 +172,13 @@ def bench(args: argparse.Namespace) -> list[dict]:
     for r in rows:
         r["note"] = "; ".join(sorted(notes)) or None
     return rows
+
+
+def _run_layers(schedule: IndexerSchedule, compute: Callable) -> None:
+    """One forward's gate and carry: every layer steps through one ``TopkCarry``."""
+    carry = TopkCarry(schedule)
+    for layer in range(schedule.num_layers):
+        carry.step(layer, compute)
 
 
 def _row(op, provider, case, times, meta, t, q_rows, schedule, computed) -> dict:
@@ -243,8 +246,13 @@ def render_md(rows: list[dict]) -> str:
 
 
 def write_outputs(rows: list[dict], out: Path, md: Path | None, section: str) -> None:
+    """JSON (merged with other devices' rows), PNG and the ``--md`` section of this run."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "indexcache.json").write_text(json.dumps(rows, indent=2) + "\n")
+    path = out / "indexcache.json"
+    device = rows[0]["gpu_name"]  # None on CPU
+    recorded = json.loads(path.read_text()) if path.exists() else []
+    kept = [r for r in recorded if r["gpu_name"] != device]
+    path.write_text(json.dumps(kept + rows, indent=2) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,13 +284,19 @@ def write_outputs(rows: list[dict], out: Path, md: Path | None, section: str) ->
     fig.suptitle(f"lightning indexer, {rows[0]['gpu_name'] or 'CPU'}")
     fig.tight_layout()
     fig.savefig(out / "indexcache.png", dpi=120)
+    plt.close(fig)
     if md is not None:
-        text = md.read_text()
-        begin, end = f"<!-- BEGIN {section} -->", f"<!-- END {section} -->"
-        if begin not in text or end not in text:
-            raise SystemExit(f"{md} has no '{begin}' ... '{end}' section to replace")
-        pre, rest = text.split(begin, 1)
-        md.write_text(f"{pre}{begin}\n{render_md(rows)}\n{end}{rest.split(end, 1)[1]}")
+        write_md_section(md, section, render_md(rows))
+
+
+def write_md_section(md: Path, section: str, body: str) -> None:
+    """Replace what lies between ``<!-- BEGIN section -->`` and ``<!-- END section -->`` in md."""
+    begin, end = f"<!-- BEGIN {section} -->", f"<!-- END {section} -->"
+    pre, has_begin, rest = md.read_text().partition(begin)
+    _, has_end, post = rest.partition(end)
+    if not (has_begin and has_end):
+        raise SystemExit(f"{md} has no '{begin}' ... '{end}' section to replace")
+    md.write_text(f"{pre}{begin}\n{body}\n{end}{post}")
 
 
 def main(argv: list[str] | None = None) -> None:

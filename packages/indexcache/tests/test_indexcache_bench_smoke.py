@@ -26,11 +26,16 @@ def bench():
 def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     md = tmp_path / "indexcache.md"
     md.write_text("# x\n<!-- BEGIN cpu -->\nold\n<!-- END cpu -->\ntail\n")
+    recorded = [{"gpu_name": "NVIDIA H200", "op": "indexer_layer"}, {"gpu_name": None, "op": "x"}]
+    (tmp_path / "indexcache.json").write_text(json.dumps(recorded))
     bench.main(
         ["--cpu", "--seq-lens", "64", "96", "--query-rows", "16", "--reps", "2",
          "--out", str(tmp_path), "--md", str(md)]
     )  # fmt: skip
     rows = json.loads((tmp_path / "indexcache.json").read_text())
+    # the other device's rows are kept, this device's earlier rows replaced
+    assert rows[0] == recorded[0] and recorded[1] not in rows
+    rows = rows[1:]
     assert {(r["op"], r["schedule"]) for r in rows} == {
         ("indexer_layer", None),
         ("indexer_78_layers", "freq 1"),
@@ -43,3 +48,15 @@ def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     text = md.read_text()
     assert "old" not in text and text.endswith("<!-- END cpu -->\ntail\n")
     assert "| 96 | 16 | torch-ref |" in text
+
+
+def test_md_section_needs_begin_then_end(bench, tmp_path):
+    md = tmp_path / "indexcache.md"
+    md.write_text("<!-- END cpu -->\n<!-- BEGIN cpu -->\n")
+    with pytest.raises(
+        SystemExit, match=r"no '<!-- BEGIN cpu -->' \.\.\. '<!-- END cpu -->' section"
+    ):
+        bench.write_md_section(md, "cpu", "table")
+    md.write_text("a\n<!-- BEGIN cpu -->\nold\n<!-- END cpu -->\nb\n")
+    bench.write_md_section(md, "cpu", "table")
+    assert md.read_text() == "a\n<!-- BEGIN cpu -->\ntable\n<!-- END cpu -->\nb\n"

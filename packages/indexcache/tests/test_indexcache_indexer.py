@@ -129,11 +129,14 @@ def test_bad_inputs_raise_before_compute(case):
 def test_bad_topk(topk):
     with pytest.raises(IndexerInputError, match="index_topk must be an int >= 1"):
         indexer_topk(torch.zeros(2, 3), topk)
+    with pytest.raises(IndexerInputError, match="index_topk must be an int >= 1"):
+        lightning_indexer(**_bad(), index_topk=topk)
 
 
-def test_bad_chunk_rows():
+@pytest.mark.parametrize("chunk_rows", [0, 2.0])
+def test_bad_chunk_rows(chunk_rows):
     with pytest.raises(IndexerInputError, match="chunk_rows"):
-        lightning_indexer(**_bad(), index_topk=2, chunk_rows=0)
+        lightning_indexer(**_bad(), index_topk=2, chunk_rows=chunk_rows)
 
 
 # CUDA ------------------------------------------------------------------------------------------

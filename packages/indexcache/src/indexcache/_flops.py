@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from indexcache._schedule import IndexerSchedule
-from indexcache.errors import ScheduleError
+from indexcache._schedule import IndexerSchedule, _check_int, _get
 
 
 @dataclass(frozen=True)
@@ -31,20 +30,16 @@ class IndexerDims:
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | Any) -> IndexerDims:
         """Read the four sizes from a config dict or object; missing ones keep the defaults."""
-        get = config.get if isinstance(config, Mapping) else lambda k: getattr(config, k, None)
-        kwargs = {
-            f: get(f) for f in ("hidden_size", "q_lora_rank", "index_n_heads", "index_head_dim")
-        }
-        return cls(**{f: v for f, v in kwargs.items() if v is not None})
+        fields = ("hidden_size", "q_lora_rank", "index_n_heads", "index_head_dim")
+        return cls(**{f: v for f in fields if (v := _get(config, f)) is not None})
 
 
 def indexer_flops(
     num_tokens: int, dims: IndexerDims = IndexerDims(), *, prefix_tokens: int = 0
 ) -> int:
     """FLOPs of one full layer's indexer for ``num_tokens`` new tokens after ``prefix_tokens``."""
-    for name, v, lo in (("num_tokens", num_tokens, 1), ("prefix_tokens", prefix_tokens, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ScheduleError(f"{name} must be an int >= {lo}; got {v!r}.")
+    _check_int(num_tokens, "num_tokens", minimum=1)
+    _check_int(prefix_tokens, "prefix_tokens", minimum=0)
     t, p = num_tokens, prefix_tokens
     h, d = dims.index_n_heads, dims.index_head_dim
     proj = 2 * t * (dims.q_lora_rank * h * d + dims.hidden_size * d + dims.hidden_size * h)

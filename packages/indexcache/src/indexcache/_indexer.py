@@ -68,17 +68,8 @@ def indexer_logits(
         ``(M, N)`` float32 logits, ``-inf`` outside each row's window. Memory: an ``(M, H, N)``
         float32 intermediate, as in transformers; chunk the rows (:func:`lightning_indexer`).
     """
-    import torch
-
     ks, ke = _check(q, k, weights, ks, ke)
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-    scores = torch.nn.functional.relu(
-        torch.matmul(q.float(), k.float().transpose(0, 1)) * scale
-    )  # (M, H, N)
-    logits = torch.matmul(weights.float().unsqueeze(-2), scores).squeeze(-2)  # (M, N)
-    cols = torch.arange(k.shape[0], device=k.device)
-    visible = (cols >= ks.unsqueeze(-1)) & (cols < ke.unsqueeze(-1))
-    return logits.masked_fill(~visible, float("-inf"))
+    return _logits(q, k, weights, softmax_scale, ks, ke)
 
 
 def indexer_topk(
@@ -96,17 +87,10 @@ def indexer_topk(
     Returns:
         ``(M, min(index_topk, N))`` int32 key indices, best first.
     """
-    import torch
-
-    if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk < 1:
-        raise IndexerInputError(f"index_topk must be an int >= 1; got {index_topk!r}.")
+    _check_topk(index_topk)
     if logits.dim() != 2:
         raise IndexerInputError(f"logits must be (M, N); got shape {tuple(logits.shape)}.")
-    values, indices = logits.topk(min(index_topk, logits.shape[-1]), dim=-1)
-    indices = indices.to(torch.int32)
-    if invalid_index is not None:
-        indices = indices.masked_fill(values == float("-inf"), invalid_index)
-    return indices
+    return _topk(logits, index_topk, invalid_index)
 
 
 def lightning_indexer(
@@ -136,18 +120,58 @@ def lightning_indexer(
     import torch
 
     ks, ke = _check(q, k, weights, ks, ke)
-    rows = q.shape[0]
-    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+    _check_topk(index_topk)
+    if chunk_rows is not None and not _is_count(chunk_rows):
         raise IndexerInputError(f"chunk_rows must be None or an int >= 1; got {chunk_rows!r}.")
+    rows = q.shape[0]
     step = rows if chunk_rows is None else chunk_rows
     out = torch.empty((rows, min(index_topk, k.shape[0])), dtype=torch.int32, device=q.device)
-    for r0 in range(0, rows, step):
+    for r0 in range(0, rows, step):  # inputs checked once above, not per chunk
         r1 = min(r0 + step, rows)
-        logits = indexer_logits(
-            q[r0:r1], k, weights[r0:r1], softmax_scale=softmax_scale, ks=ks[r0:r1], ke=ke[r0:r1]
-        )
-        out[r0:r1] = indexer_topk(logits, index_topk, invalid_index=invalid_index)
+        logits = _logits(q[r0:r1], k, weights[r0:r1], softmax_scale, ks[r0:r1], ke[r0:r1])
+        out[r0:r1] = _topk(logits, index_topk, invalid_index)
     return out
+
+
+def _logits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    softmax_scale: float | None,
+    ks: torch.Tensor,
+    ke: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`indexer_logits` on checked inputs."""
+    import torch
+
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    scores = torch.nn.functional.relu(
+        torch.matmul(q.float(), k.float().transpose(0, 1)) * scale
+    )  # (M, H, N)
+    logits = torch.matmul(weights.float().unsqueeze(-2), scores).squeeze(-2)  # (M, N)
+    cols = torch.arange(k.shape[0], device=k.device)
+    visible = (cols >= ks.unsqueeze(-1)) & (cols < ke.unsqueeze(-1))
+    return logits.masked_fill(~visible, float("-inf"))
+
+
+def _topk(logits: torch.Tensor, index_topk: int, invalid_index: int | None) -> torch.Tensor:
+    """:func:`indexer_topk` on checked inputs."""
+    import torch
+
+    values, indices = logits.topk(min(index_topk, logits.shape[-1]), dim=-1)
+    indices = indices.to(torch.int32)
+    if invalid_index is not None:
+        indices = indices.masked_fill(values == float("-inf"), invalid_index)
+    return indices
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_topk(index_topk: object) -> None:
+    if not _is_count(index_topk):
+        raise IndexerInputError(f"index_topk must be an int >= 1; got {index_topk!r}.")
 
 
 def _check(

@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from indexcache._flops import IndexerDims, schedule_savings
-from indexcache._schedule import IndexerSchedule, schedule_from_config
+from indexcache._schedule import (
+    DEFAULT_FREQ,
+    DEFAULT_OFFSET,
+    IndexerSchedule,
+    schedule_from_config,
+)
 from indexcache.errors import IndexCacheError
 
 ROW = 20  # layers per line of the F/S map
@@ -70,8 +75,7 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
         sched = schedule_from_config(raw)
         detail = sched.source
         if sched.source == "index_topk_freq":
-            freq, offset = raw.get("index_topk_freq"), raw.get("index_skip_topk_offset")
-            detail = _freq_label(1 if freq is None else freq, 2 if offset is None else offset)
+            detail = _freq_label(raw.get("index_topk_freq"), raw.get("index_skip_topk_offset"))
         return sched, IndexerDims.from_config(raw), f"{args.config} ({detail})"
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:
@@ -88,12 +92,13 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
     sched = IndexerSchedule.from_freq(
         args.layers, args.freq, args.offset, num_nextn_layers=_nextn(args.nextn)
     )
-    freq = 1 if args.freq is None else args.freq
-    offset = 2 if args.offset is None else args.offset
-    return sched, IndexerDims(), _freq_label(freq, offset)
+    return sched, IndexerDims(), _freq_label(args.freq, args.offset)
 
 
-def _freq_label(freq: int, offset: int) -> str:
+def _freq_label(freq: int | None, offset: int | None) -> str:
+    """``index_topk_freq=F, index_skip_topk_offset=O``, unset values shown as their defaults."""
+    freq = DEFAULT_FREQ if freq is None else freq
+    offset = DEFAULT_OFFSET if offset is None else offset
     return f"index_topk_freq={freq}, index_skip_topk_offset={offset}"
 
 
