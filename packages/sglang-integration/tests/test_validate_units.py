@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from cpkv_runtime import plan_layout
 from sglang_cpkv.validate import (
     SCENARIOS,
     Engine,
@@ -16,7 +17,7 @@ from sglang_cpkv.validate import (
 )
 from sglang_cpkv.validate import _model as m
 from sglang_cpkv.validate._compare import compare_rows
-from sglang_cpkv.validate._rt import legacy_conflicts, plan_layout
+from sglang_cpkv.validate._rt import legacy_conflicts
 
 
 def test_legacy_inverse_is_value_keyed_last_writer_wins():

@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from cpkv_runtime import cp_split, current_tokens, gather_order, plan_layout
 
 from . import _model as m
 from ._config import ModelConfig, schedule
 from ._pool import PagePool, PrefixCache, Request
-from ._rt import LocalComm, cp_split, current_tokens, gather_order, legacy_layout, plan_layout
+from ._rt import LocalComm, legacy_conflicts, legacy_layout
 from ._step import Leak, StepCtx
 
 __all__ = ["Engine", "Leak", "StepOutput"]
@@ -142,8 +143,8 @@ class Engine:
         )
         out = StepOutput()
         if self.inverse == "legacy":
-            fixed, layout = layout, legacy_layout(layout)
-            out.legacy_conflicts = int((layout.inverse != fixed.inverse).sum())
+            out.legacy_conflicts = legacy_conflicts(layout)
+            layout = legacy_layout(layout)
         token_req, token_pos, loc = (t.long() for t in current_tokens(layout))
         token_ids = torch.tensor(
             [t for r, e in zip(reqs, ext, strict=True) for t in r.tokens[r.cached : r.cached + e]],

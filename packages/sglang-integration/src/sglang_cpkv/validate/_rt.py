@@ -1,8 +1,9 @@
-"""The harness's view of ``cpkv_runtime``: layout, copies, remaps, the CP split, collectives.
+"""What the harness adds to ``cpkv_runtime``: the legacy inverse fixture and the CP groups.
 
 Everything KV-related the reference engine does goes through ``cpkv_runtime`` (and so through
-whichever backend its dispatcher picks: ``cuda > triton > torch``). The only thing built here is
-the *legacy* value-keyed inverse, kept as a fixture that must make the harness fail.
+whichever backend its dispatcher picks: ``cuda > triton > torch``). The only layout built here is
+the *legacy* value-keyed inverse, kept as a fixture that must make the harness fail; the
+communicators wrap ``torch.distributed`` (or nothing, at cp 1) for the engine.
 """
 
 from __future__ import annotations
@@ -11,34 +12,9 @@ import dataclasses
 
 import torch
 import torch.distributed as dist
-from cpkv_runtime import (
-    CPSplit,
-    Layout,
-    cp_split,
-    current_tokens,
-    fill_current,
-    gather_order,
-    localize,
-    materialize,
-    plan_layout,
-    remap_locs,
-)
+from cpkv_runtime import Layout
 
-__all__ = [
-    "CPSplit",
-    "DistComm",
-    "Layout",
-    "LocalComm",
-    "cp_split",
-    "current_tokens",
-    "fill_current",
-    "gather_order",
-    "legacy_layout",
-    "localize",
-    "materialize",
-    "plan_layout",
-    "remap_locs",
-]
+__all__ = ["DistComm", "LocalComm", "legacy_conflicts", "legacy_layout"]
 
 
 def legacy_layout(layout: Layout) -> Layout:

@@ -18,10 +18,10 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from cpkv_runtime import fill_current, gather_order, localize, materialize, remap_locs
 from indexcache import TopkCarry
 
 from . import _model as m
-from ._rt import fill_current, gather_order, localize, materialize, remap_locs
 
 __all__ = ["Leak", "StepCtx"]
 
@@ -57,6 +57,23 @@ class StepCtx:
         self.leaks: list[Leak] = []
         self._seen: set[tuple] = set()
         self._fill_checked = False  # fill_current value checks ran for this step
+        self.chunks = self._chunks(eng.q_chunk)
+
+    def _chunks(self, q_chunk: int) -> list[tuple[int, torch.Tensor, int]]:
+        """This rank's query chunks, the same for every layer: (request b, rows (n,), n_keys).
+
+        ``n_keys`` is the number of positions the chunk's queries can see (its last position + 1).
+        Built once per step from host copies of the local request/position columns, so the
+        layers run without a host sync per request or per chunk.
+        """
+        req, pos = self.l_req.cpu(), self.l_pos.cpu()
+        out = []
+        for b in range(len(self.reqs)):
+            rows = torch.nonzero(req == b).squeeze(1)
+            for c in range(0, rows.shape[0], q_chunk):
+                q = rows[c : c + q_chunk]
+                out.append((b, q.to(self.l_req.device), int(pos[q].max()) + 1))
+        return out
 
     def _gather(self, x: torch.Tensor) -> torch.Tensor:
         """All-gather this rank's rows (L, ...) into the batch's (T, ...) in token order."""
@@ -88,9 +105,12 @@ class StepCtx:
         loc = self.page_tab[b][safe // p] * p + safe % p
         return torch.where(pos >= 0, loc, -1)
 
-    def _remap(self, b: int, locs: torch.Tensor) -> torch.Tensor:
+    def _remap(self, layer: int, b: int, locs: torch.Tensor) -> torch.Tensor:
         rid = torch.full((locs.shape[0],), b, dtype=torch.int32, device=locs.device)
-        return remap_locs(locs, rid, self.layout, backend=self.e.backend).long()
+        # The value checks cost host syncs; the locs come from the same page table in every
+        # layer (only the top-k positions change), so checking the first layer's calls is enough.
+        check = layer == 0
+        return remap_locs(locs, rid, self.layout, backend=self.e.backend, validate=check).long()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         e, cfg, w = self.e, self.e.cfg, self.e.w
@@ -117,35 +137,28 @@ class StepCtx:
                 dtype=x.dtype,
                 device=x.device,
             )
-            chunks = [
-                (b, rows[c : c + e.q_chunk])
-                for b in range(len(self.reqs))
-                for rows in [torch.nonzero(self.l_req == b).squeeze(1)]
-                for c in range(0, rows.shape[0], e.q_chunk)
-            ]
-
             # IndexCache: full layers run the indexer, shared layers reuse the carried top-k.
-            run = functools.partial(self._topk, layer, chunks, ai, dense_idx, x.shape[0])
+            run = functools.partial(self._topk, layer, ai, dense_idx, x.shape[0])
             topk = carry.step(layer, run, num_rows=x.shape[0])
-            for b, q in chunks:
+            for b, q, _ in self.chunks:
                 o_lat[q] = self._attend(layer, b, q, topk[q], ai, dense)
             x = x + m.attention_output(w, cfg, layer, o_lat)
             xn = m.rms_norm(x, w[pre + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
             x = x + m.mlp(w, layer, xn)
         return m.rms_norm(x, w["norm.weight"], cfg.rms_norm_eps)
 
-    def _topk(self, layer, chunks, ai, dense_idx, n_rows) -> torch.Tensor:
+    def _topk(self, layer, ai, dense_idx, n_rows) -> torch.Tensor:
         """This rank's (n_rows, index_topk) top-k positions, -1 = none (padding, short rows)."""
         k = self.e.cfg.index_topk
         topk = torch.full((n_rows, k), -1, dtype=torch.long, device=self.l_pos.device)
-        for b, q in chunks:
-            topk[q] = self._indexer(layer, b, q, ai, dense_idx)
+        for b, q, n_keys in self.chunks:
+            topk[q] = self._indexer(layer, b, q, n_keys, ai, dense_idx)
         return topk
 
-    def _indexer(self, layer, b, q, ai, dense_idx) -> torch.Tensor:
+    def _indexer(self, layer, b, q, n_keys, ai, dense_idx) -> torch.Tensor:
         qpos = self.l_pos[q]
-        span = torch.arange(int(qpos.max()) + 1, device=qpos.device)
-        d = self._remap(b, self._locs(b, span))
+        span = torch.arange(n_keys, device=qpos.device)
+        d = self._remap(layer, b, self._locs(b, span))
         keys = dense_idx[d.clamp_min(0)]
         if self.e.audit:
             self._audit(layer, "index_k", b, span, d, keys)
@@ -156,7 +169,7 @@ class StepCtx:
         return torch.nn.functional.pad(sel, (0, pad), value=-1) if pad else sel
 
     def _attend(self, layer, b, q, sel, ai, dense) -> torch.Tensor:
-        d = self._remap(b, self._locs(b, sel.reshape(-1))).view(sel.shape)
+        d = self._remap(layer, b, self._locs(b, sel.reshape(-1))).view(sel.shape)
         rows = dense[d.clamp_min(0)]
         if self.e.audit:
             ok = sel >= 0
