@@ -55,7 +55,8 @@ class RefServer:
         inverse: ``per-request`` or ``legacy``.
         num_pages: KV pool pages; cached prefixes of finished requests are evicted (oldest
             first) when a step needs room.
-        window_s: how long the loop waits for concurrent arrivals before a step.
+        window_s: how long an idle loop waits for concurrent arrivals before a step (decode
+            steps do not wait: requests arriving meanwhile join the next step).
     """
 
     def __init__(
@@ -111,7 +112,8 @@ class RefServer:
         while not self.stop:
             if not self.wake.wait(0.1):
                 continue
-            time.sleep(self.window_s)
+            if not self.running:  # idle: let concurrent arrivals gather into one prefill batch
+                time.sleep(self.window_s)
             with self.lock:
                 new, self.pending = self.pending, []
                 self.wake.clear()
