@@ -38,6 +38,16 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _prefill_rows import (
+    PHASE_OPS,
+    PHASES,
+    load_rows,
+    p50_index,
+    phase_ms,
+    phase_op,
+    speedups,
+    unreplaced,
+)
 from sglang_cpkv.validate import PRESETS, Engine, Options, init_weights, run_reference_many
 from sglang_cpkv.validate import _engine as engine_mod
 from sglang_cpkv.validate import _model as model_mod
@@ -76,7 +86,7 @@ class _PhaseTimer:
     """
 
     # phase -> (module or class the engine looks the function up on, attribute name)
-    PHASES: ClassVar[dict[str, list[tuple[object, str]]]] = {
+    SITES: ClassVar[dict[str, list[tuple[object, str]]]] = {
         "cpkv_ops": [
             (engine_mod, "plan_layout"),
             (step_mod, "materialize"),
@@ -96,16 +106,12 @@ class _PhaseTimer:
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
-        self.events: dict[str, list] = {name: [] for name in self.PHASES}
-        self.cpu_ms = dict.fromkeys(self.PHASES, 0.0)
-        self.orig = [
-            (site, attr, getattr(site, attr))
-            for sites in self.PHASES.values()
-            for site, attr in sites
-        ]
-        for phase, sites in self.PHASES.items():
-            for site, attr in sites:
-                setattr(site, attr, self._wrap(phase, getattr(site, attr)))
+        self.events: dict[str, list] = {name: [] for name in PHASES}
+        self.cpu_ms = dict.fromkeys(PHASES, 0.0)
+        sites = [(phase, site, attr) for phase in PHASES for site, attr in self.SITES[phase]]
+        self.orig = [(site, attr, getattr(site, attr)) for _, site, attr in sites]
+        for phase, site, attr in sites:
+            setattr(site, attr, self._wrap(phase, getattr(site, attr)))
 
     def _wrap(self, phase: str, fn):
         def timed(*a, **k):
@@ -126,7 +132,7 @@ class _PhaseTimer:
     def take_ms(self) -> dict[str, float]:
         """Milliseconds per phase since the last call (and reset)."""
         if not self.cuda:
-            ms, self.cpu_ms = self.cpu_ms, dict.fromkeys(self.PHASES, 0.0)
+            ms, self.cpu_ms = self.cpu_ms, dict.fromkeys(PHASES, 0.0)
             return ms
         torch.cuda.synchronize()
         ms = {p: sum(s.elapsed_time(e) for s, e in ev) for p, ev in self.events.items()}
@@ -168,7 +174,7 @@ def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, d
     ids = torch.randint(0, 448, (tokens,), generator=torch.Generator().manual_seed(1)).tolist()
     timer = _PhaseTimer(cuda)
     walls: list[float] = []
-    phases: dict[str, list[float]] = {p: [] for p in _PhaseTimer.PHASES}
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
     try:
         for rep in range(args.warmup + args.reps):
             name = f"r{rep}"
@@ -246,8 +252,7 @@ def _prefill_rows(args, meta) -> list[dict]:
                 mp.spawn(_worker, args=(args, cp, free_port(), str(path)), nprocs=cp, join=True)
                 res = json.loads(path.read_text())
         for tokens, backend, walls, phases in res:
-            series = [("prefill_layer", walls), ("cpkv_ops_per_layer", phases["cpkv_ops"])]
-            series += [(f"phase:{p}", xs) for p, xs in phases.items() if p != "cpkv_ops"]
+            series = [("prefill_layer", walls)] + [(phase_op(p), xs) for p, xs in phases.items()]
             for op, xs in series:
                 rows.append(
                     {
@@ -383,11 +388,10 @@ def _prefill_table(prows: list[dict]) -> list[str]:
 
 def _phase_table(prows: list[dict]) -> list[str]:
     """ms/layer (p50) per phase, and each phase's speed-up over cp 1 in brackets."""
-    phases = ["cpkv_ops_per_layer"] + [f"phase:{p}" for p in _PhaseTimer.PHASES if p != "cpkv_ops"]
-    got = {(r["op"], r["tokens"], r["cp"], r["provider"]): r["p50"] for r in prows}
-    if not any(k[0].startswith("phase:") for k in got):
+    p50 = p50_index(prows)
+    if not any(k[0].startswith("phase:") for k in p50):
         return []
-    names = [p.removeprefix("phase:").removesuffix("_per_layer") for p in phases]
+    names = [p.removeprefix("phase:").removesuffix("_per_layer") for p in PHASE_OPS]
     lines = [
         "",
         "Where a layer's time goes (ms/layer p50; in brackets the speed-up over cp 1). "
@@ -397,19 +401,12 @@ def _phase_table(prows: list[dict]) -> list[str]:
         "|---:|---:|---|" + "---:|" * (len(names) + 1),
     ]
     for r in (r for r in prows if r["op"] == "prefill_layer"):
-        key = (r["tokens"], r["cp"], r["provider"])
-        vals = [got.get((p, *key), 0.0) for p in phases]
-        cells = []
-        for p, v in zip([*phases, "other"], [*vals, r["p50"] - sum(vals)], strict=True):
-            if p == "other":
-                base_layer = got.get(("prefill_layer", r["tokens"], 1, r["provider"]))
-                base_sum = sum(got.get((q, r["tokens"], 1, r["provider"]), 0.0) for q in phases)
-                base = None if base_layer is None else base_layer - base_sum
-            else:
-                base = got.get((p, r["tokens"], 1, r["provider"]))
-            # no ratio where cp 1 has (next to) none of it, e.g. the all-gather
-            ratio = f" ({base / v:.2f}x)" if base and base >= 0.05 and v > 0 and r["cp"] > 1 else ""
-            cells.append(f"{v:.1f}{ratio}")
+        phases = phase_ms(p50, r["tokens"], r["cp"], r["provider"])
+        gain = speedups(phases, phase_ms(p50, r["tokens"], 1, r["provider"])) if r["cp"] > 1 else {}
+        cells = [
+            f"{phases.get(op, 0.0):.1f}" + (f" ({gain[op]:.2f}x)" if op in gain else "")
+            for op in [*PHASE_OPS, "other"]
+        ]
         lines.append(f"| {r['tokens']} | {r['cp']} | {r['provider']} | {' | '.join(cells)} |")
     print("\n".join(lines))
     return lines
@@ -517,18 +514,7 @@ def main() -> int:
     lines = _prefill_table(prows) if prows else []
     # Merge with the recorded rows: only the measurements this run made again are replaced
     # (same machine, op, case and provider), so a --skip-validate run keeps the validate rows.
-    old_json = Path(args.doc).with_suffix(".json")
-
-    def key(r: dict) -> tuple:
-        return (r.get("where"), r["op"], r.get("case"), r.get("provider"))
-
-    remade = {key(r) for r in vrows + prows}
-    rows = [
-        r
-        for r in (json.loads(old_json.read_text()) if old_json.exists() else [])
-        if key(r) not in remade
-    ]
-    rows += vrows + prows
+    rows = unreplaced(load_rows(Path(args.doc).with_suffix(".json")), vrows + prows) + vrows + prows
     (out / "validate.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     all_prefill = [r for r in rows if r["op"] in ("prefill_layer", "cpkv_ops_per_layer")]
     if all_prefill:

@@ -17,17 +17,11 @@ import argparse
 import json
 from pathlib import Path
 
+from _prefill_rows import load_rows, p50_index, phase_ms, speedups, unreplaced
+
 # Scaling goals: parallel efficiency (speed-up / cp) at 128K tokens, per cp.
 GOALS = {2: 0.90, 8: 0.75}
 GOAL_TOKENS = 131072
-PHASES = [
-    "cpkv_ops_per_layer",
-    "phase:indexer_scores",
-    "phase:topk",
-    "phase:sparse_attention",
-    "phase:projections_mlp",
-    "phase:all_gather",
-]
 
 
 def _label(op: str) -> str:
@@ -37,21 +31,15 @@ def _label(op: str) -> str:
 def scaling_rows(rows: list[dict], where: str, provider: str = "auto") -> list[dict]:
     """One row per (tokens, cp): the layer p50, its phases, speed-ups and efficiency."""
     mine = [r for r in rows if r.get("where") == where and r.get("provider") == provider]
-    p50 = {(r["op"], r["tokens"], r["cp"]): r for r in mine if "tokens" in r}
+    p50 = p50_index(mine)
+    layers = {(r["tokens"], r["cp"]): r for r in mine if r["op"] == "prefill_layer"}
     out = []
-    for (op, tokens, cp), layer in sorted(p50.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-        if op != "prefill_layer":
-            continue
-        base = p50.get((op, tokens, 1))
-        if base is None:
+    for (tokens, cp), layer in sorted(layers.items()):
+        base_phases = phase_ms(p50, tokens, 1, provider)
+        if base_phases is None:
             raise SystemExit(f"{where}: tokens={tokens} has cp {cp} but no cp 1 row to compare")
-        phases = {_label(p): p50[(p, tokens, cp)]["p50"] for p in PHASES if (p, tokens, cp) in p50}
-        base_phases = {
-            _label(p): p50[(p, tokens, 1)]["p50"] for p in PHASES if (p, tokens, 1) in p50
-        }
-        phases["other"] = layer["p50"] - sum(phases.values())
-        base_phases["other"] = base["p50"] - sum(base_phases.values())
-        speedup = base["p50"] / layer["p50"]
+        phases = phase_ms(p50, tokens, cp, provider)
+        speedup = p50[("prefill_layer", tokens, 1, provider)] / layer["p50"]
         goal = GOALS.get(cp) if tokens == GOAL_TOKENS else None
         out.append(
             {
@@ -67,11 +55,9 @@ def scaling_rows(rows: list[dict], where: str, provider: str = "auto") -> list[d
                 "p20": layer["p20"],
                 "p80": layer["p80"],
                 "unit": "ms",
-                "phases_ms": phases,
+                "phases_ms": {_label(k): v for k, v in phases.items()},
                 "phase_speedup_vs_cp1": {
-                    k: base_phases[k] / v
-                    for k, v in phases.items()
-                    if v > 0 and base_phases.get(k, 0) >= 0.05
+                    _label(k): v for k, v in speedups(phases, base_phases).items()
                 },
                 "speedup_vs_cp1": speedup,
                 "parallel_efficiency": speedup / cp,
@@ -191,13 +177,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     old = args.out / "cp-scaling.json"
     # keep every recorded row this report does not remake (validate runs, earlier runs)
-    remade = {(r["op"], r["where"], r["case"], r["provider"]) for r in rows}
-    recorded = json.loads(old.read_text()) if old.exists() else []
-    kept = [
-        r
-        for r in recorded
-        if (r["op"], r.get("where"), r.get("case"), r.get("provider")) not in remade
-    ]
+    kept = unreplaced(load_rows(old), rows)
     old.write_text(json.dumps(rows + kept, indent=1, ensure_ascii=False) + "\n")
     plot(rows, args.out / "cp-scaling.png")
     print(f"wrote {old} ({len(rows)} scaling rows, {len(kept)} recorded rows kept), cp-scaling.png")
