@@ -12,6 +12,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sglang_cpkv.hooks.indexcache_overrides import INDEXCACHE_KEYS
+
 OVERRIDE_FLAG = "--json-model-override-args"
 GPUS = {"sm90": (9, 0), "sm100": (10, 0)}
 
@@ -85,13 +87,9 @@ def parse_cpkv_args(argv: Sequence[str]) -> CpkvArgs:
     ns, rest = parser.parse_known_args(list(argv))
     if ns.gpu and not ns.dry_run:
         parser.error("--gpu only applies to --dry-run (a real server uses the GPUs it runs on)")
-    overrides: dict[str, object] = {}
-    if ns.cpkv_index_topk_freq is not None:
-        overrides["index_topk_freq"] = ns.cpkv_index_topk_freq
-    if ns.cpkv_index_skip_topk_offset is not None:
-        overrides["index_skip_topk_offset"] = ns.cpkv_index_skip_topk_offset
-    if ns.cpkv_index_topk_pattern is not None:
-        overrides["index_topk_pattern"] = ns.cpkv_index_topk_pattern
+    # --cpkv-<key> sets the model override <key> (dest cpkv_<key>)
+    given = {key: getattr(ns, f"cpkv_{key}") for key in INDEXCACHE_KEYS}
+    overrides: dict[str, object] = {k: v for k, v in given.items() if v is not None}
     try:
         validate_index_overrides(overrides)
     except ValueError as err:
