@@ -7,8 +7,8 @@ On a machine without a GPU exactly one thing is replaced: the GPU capability que
 ``load_plugins()``, ``HookRegistry``) is the installed SGLang. The ``sgl_kernel`` import is not
 needed by any of these paths and is left alone.
 
-Import it from a test module after ``sys.path.insert(0, str(Path(__file__).parent))``
-(tests run with ``--import-mode=importlib``).
+Test modules ``import _sglang_env``: ``conftest.py`` puts this directory on ``sys.path`` (tests run
+with ``--import-mode=importlib``); it also holds the ``plugin`` fixture.
 """
 
 from __future__ import annotations
@@ -55,10 +55,3 @@ def full_layers(hf_config) -> list[int]:
     from sglang.srt.configs.model_config import dsa_layer_skips_topk
 
     return [i for i in range(hf_config.num_hidden_layers) if not dsa_layer_skips_topk(hf_config, i)]
-
-
-def activate_plugin() -> tuple[str, ...]:
-    """Run SGLang's ``load_plugins()`` in this process (idempotent) and return our hook names."""
-    from sglang_cpkv.plugin import activate
-
-    return activate()

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import _sglang_env as env
+import pytest
 from sglang_cpkv import _decisions
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def plugin():
-    """Load plugins the way every SGLang process does."""
-    return env.activate_plugin()
 
 
 def _glm52_like(tmp_path):

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import _sglang_env
+import pytest
 from sglang_cpkv import HookDriftError
 from sglang_cpkv.hooks import SPECS, HookSpec, check_target, signature_of
 from sglang_cpkv.hooks._framework import resolve_target

@@ -6,25 +6,14 @@ the plugin active; the GPU is emulated as described in ``_sglang_env``.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import _sglang_env as env
+import pytest
 from sglang_cpkv import DsaBackendError, _decisions
 from sglang_cpkv._flags import merge_model_overrides
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
 FULL_FREQ4 = [0, 1, *range(5, 78, 4)]
-
-
-@pytest.fixture(scope="module")
-def plugin():
-    """Load plugins the way every SGLang process does."""
-    return env.activate_plugin()
 
 
 def _backends(sa):

@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import sys
 from importlib.metadata import entry_points
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import _sglang_env as env
+import pytest
 from sglang_cpkv.hooks._framework import resolve_target, signature_of
 from sglang_cpkv.plugin import enabled_specs
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def plugin():
-    """Load plugins the way every SGLang process does."""
-    return env.activate_plugin()
 
 
 # Discovery and hooks --------------------------------------------------------------------------

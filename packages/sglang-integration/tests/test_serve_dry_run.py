@@ -8,10 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import _sglang_env as env
+import pytest
 from sglang_cpkv.serve import main
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
