@@ -1,6 +1,6 @@
 """The facade against stand-ins of each release family (test doubles: the real wheels
 need CUDA; every signature comes from tests/fixtures/surfaces.json, read from the wheels).
-The same calls run on the real wheel in test_gpu_facade.py."""
+The same calls run on the real wheel in test_gpu_dgc_facade.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,39 @@ def paged_inputs(batch: int, next_n: int, heads: int = 64, dim: int = 128, block
 
 def fp8_pair(*shape: int, scale_shape: tuple[int, ...]):
     return torch.zeros(shape, dtype=FP8), torch.ones(scale_shape)
+
+
+# ---- symbol lookup ---------------------------------------------------------------------
+
+
+def test_surface_reads_each_symbol_once_per_loaded_module(standin):
+    standin("0.2.3.post2")
+    s = dgc.surface()
+    assert dgc.surface() is s
+    assert s.params("fp8_gemm_nt") is s.params("fp8_gemm_nt")  # the signature is read once
+    assert list(s.params("fp8_gemm_nt"))[:3] == ["a", "b", "d"]
+    standin("0.2.5")
+    assert dgc.surface() is not s and dgc.surface().version == Version("0.2.5")
+
+
+def test_a_missing_symbol_names_what_the_release_lacks(standin):
+    standin("0.2.5")
+    from deepgemm_compat import _load
+
+    del _load._module.get_num_sms, _load._module.fp8_fp4_mqa_logits
+    with pytest.raises(dgc.UnsupportedFeatureError, match=r"0\.2\.5 has no get_num_sms$"):
+        dgc.current_num_sms()
+    with pytest.raises(
+        dgc.UnsupportedFeatureError, match=r"has no fp8_mqa_logits or fp8_fp4_mqa_logits"
+    ):
+        dgc.mqa_logits(
+            torch.zeros((1, 64, 128), dtype=FP8),
+            torch.zeros((4, 128), dtype=FP8),
+            torch.ones(4),
+            torch.ones((1, 64)),
+            torch.zeros(1, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+        )
 
 
 # ---- paged MQA logits -------------------------------------------------------------------

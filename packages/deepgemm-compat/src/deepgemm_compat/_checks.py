@@ -39,6 +39,12 @@ def need_size(name: str, t: torch.Tensor, dim: int, expected: int, why: str) -> 
         )
 
 
+def need_shape(name: str, t: torch.Tensor, expected: tuple[int, ...], layout: str = "") -> None:
+    if shape(t) != expected:
+        want = f"{layout} = {expected}" if layout else str(expected)
+        raise InputError(f"{name} must have shape {want}, got {shape(t)}")
+
+
 def same_device(**tensors: torch.Tensor) -> None:
     devices = {name: t.device for name, t in tensors.items() if t is not None}
     if len(set(devices.values())) > 1:

@@ -65,11 +65,7 @@ def paged_mqa_logits(
     chk.need_size("kv_cache", kv_cache, 3, dim + 4, f"dim {dim} fp8 bytes + 4 scale bytes")
     chk.need_dim("weights", weights, 2, "(batch * next_n, heads) float32")
     chk.need_dtype("weights", weights, torch.float32)
-    if chk.shape(weights) != (batch * next_n, heads):
-        raise chk.InputError(
-            f"weights must have shape (batch * next_n, heads) = {(batch * next_n, heads)}, "
-            f"got {chk.shape(weights)}"
-        )
+    chk.need_shape("weights", weights, (batch * next_n, heads), "(batch * next_n, heads)")
     chk.int32_layout("block_table", block_table, 2)
     chk.need_size("block_table", block_table, 0, batch, "one row per request of q")
     chk.same_device(
@@ -89,18 +85,12 @@ def paged_mqa_logits(
             "to the per-token layout (q.view(-1, 1, H, D), context_lens.view(-1, 1))"
         )
 
-    num_sms = current_num_sms()
-    if schedule_meta is None:
-        schedule_meta = DEFAULT_CACHE.get(context_lens, kv_cache.shape[1], num_sms)
+    if q_scale is None:
+        name, q_arg = s.which("paged_mqa_logits"), q
     else:
-        check_schedule(schedule_meta, num_sms)
-
-    name = s.which("paged_mqa_logits")
-    if q_scale is not None:
         name, q_arg = "fp8_fp4_paged_mqa_logits", (q, q_scale)
-    else:
-        q_arg = q
-    if name is None or not hasattr(s.module, name):
+    fn, params = s.symbol(name) if name else (None, None)
+    if fn is None:
         raise UnsupportedFeatureError(
             f"sgl-deep-gemm {s.version} has no {name or 'paged MQA logits'}"
         )
@@ -108,11 +98,16 @@ def paged_mqa_logits(
         raise UnsupportedFeatureError(
             f"sgl-deep-gemm {s.version}'s fp8_fp4_paged_mqa_logits rejects a plain fp8 q"
         )
-    fn = getattr(s.module, name)
+
+    num_sms = current_num_sms()
+    if schedule_meta is None:
+        schedule_meta = DEFAULT_CACHE.get(context_lens, kv_cache.shape[1], num_sms)
+    else:
+        check_schedule(schedule_meta, num_sms)
+
     # The wheel's own cleaning asserts 1-D context lens (`not is_context_lens_2d`, seen on
     # 0.1.4.post1 on an H200) and the facade always passes 2-D lens: clean in torch instead.
-    takes_clean = "clean_logits" in (s.params("paged_mqa_logits") or {})
-    kwargs = {"clean_logits": False} if takes_clean else {}
+    kwargs = {"clean_logits": False} if "clean_logits" in (params or {}) else {}
     logits = fn(
         q_arg,
         kv_cache,
@@ -169,21 +164,14 @@ def mqa_logits(
     chk.need_size("kv_scale", kv_scale, 0, kv.shape[0], "one scale per key")
     chk.need_dim("weights", weights, 2, "(seq, heads) float32")
     chk.need_dtype("weights", weights, torch.float32)
-    if chk.shape(weights) != (q.shape[0], q.shape[1]):
-        raise chk.InputError(
-            f"weights must have shape {(q.shape[0], q.shape[1])}, got {chk.shape(weights)}"
-        )
+    chk.need_shape("weights", weights, (q.shape[0], q.shape[1]))
     for name, t in (("ks", ks), ("ke", ke)):
         chk.int32_layout(name, t, 1)
         chk.need_size(name, t, 0, q.shape[0], "one key range per query")
     chk.same_device(q=q, kv=kv, kv_scale=kv_scale, weights=weights, ks=ks, ke=ke)
 
-    name = s.which("mqa_logits")
-    if name is None:
-        raise UnsupportedFeatureError(f"sgl-deep-gemm {s.version} has no MQA logits op")
-    fn, params = s.fn("mqa_logits"), s.params("mqa_logits") or {}
-    takes_clean = "clean_logits" in params
-    if takes_clean:
+    fn, params = s.require("mqa_logits"), s.params("mqa_logits") or {}
+    if "clean_logits" in params:
         logits = fn(
             q, (kv, kv_scale), weights, ks, ke, clean_logits=clean_logits, max_seqlen_k=max_seqlen_k
         )

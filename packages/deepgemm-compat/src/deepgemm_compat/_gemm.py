@@ -66,10 +66,7 @@ def fp8_gemm_nt(
     chk.need_dim("rhs[0]", b, 2, "(N, K)")
     chk.need_size("rhs[0]", b, 1, a.shape[1], "K of lhs")
     chk.need_dim("out", out, 2, "(M, N)")
-    if chk.shape(out) != (a.shape[0], b.shape[0]):
-        raise InputError(
-            f"out must have shape (M, N) = {(a.shape[0], b.shape[0])}, got {chk.shape(out)}"
-        )
+    chk.need_shape("out", out, (a.shape[0], b.shape[0]), "(M, N)")
     chk.same_device(lhs=a, rhs=b, out=out, c=c)
     s = surface()
     given: dict[str, Any] = {}
@@ -77,7 +74,7 @@ def fp8_gemm_nt(
         given["recipe"] = tuple(recipe)
     if c is not None:
         given["c"] = c
-    s.fn("fp8_gemm_nt")(tuple(lhs), tuple(rhs), out, **_keywords(s, "fp8_gemm_nt", given))
+    s.require("fp8_gemm_nt")(tuple(lhs), tuple(rhs), out, **_keywords(s, "fp8_gemm_nt", given))
     return out
 
 
@@ -124,16 +121,13 @@ def grouped_gemm_contiguous(
     chk.int32_layout("layout", lay, 1)
     if not optional.get("use_psum_layout"):
         chk.need_size("layout", lay, 0, a.shape[0], "one expert id per lhs row")
-    if chk.shape(out) != (a.shape[0], b.shape[1]):
-        raise InputError(
-            f"out must have shape (M, N) = {(a.shape[0], b.shape[1])}, got {chk.shape(out)}"
-        )
+    chk.need_shape("out", out, (a.shape[0], b.shape[1]), "(M, N)")
     chk.same_device(lhs=a, rhs=b, out=out, layout=lay)
     if a.shape[0] == 0:
         return out
     s = surface()
     kw = _keywords(s, "grouped_gemm_contiguous", optional)
-    s.fn("grouped_gemm_contiguous")(tuple(lhs), tuple(rhs), out, lay, **kw)
+    s.require("grouped_gemm_contiguous")(tuple(lhs), tuple(rhs), out, lay, **kw)
     return out
 
 
@@ -182,11 +176,7 @@ def grouped_gemm_masked(
     chk.need_size("rhs[0]", b, 2, a.shape[2], "K of lhs")
     chk.int32_layout("masked_m", masked_m, 1)
     chk.need_size("masked_m", masked_m, 0, a.shape[0], "one count per group")
-    if chk.shape(out) != (a.shape[0], a.shape[1], b.shape[1]):
-        raise InputError(
-            f"out must have shape (G, M_max, N) = {(a.shape[0], a.shape[1], b.shape[1])}, "
-            f"got {chk.shape(out)}"
-        )
+    chk.need_shape("out", out, (a.shape[0], a.shape[1], b.shape[1]), "(G, M_max, N)")
     chk.same_device(lhs=a, rhs=b, out=out, masked_m=masked_m, signal=signal)
     s = surface()
     wants_overlap = enable_overlap or signal is not None
@@ -204,5 +194,6 @@ def grouped_gemm_masked(
         if max_block_n is not None:
             optional["max_block_n"] = max_block_n
     kw = _keywords(s, "grouped_gemm_masked", optional)
-    ret = s.fn("grouped_gemm_masked")(tuple(lhs), tuple(rhs), out, masked_m, int(expected_m), **kw)
+    fn = s.require("grouped_gemm_masked")
+    ret = fn(tuple(lhs), tuple(rhs), out, masked_m, int(expected_m), **kw)
     return MaskedGemmResult(out, ret)

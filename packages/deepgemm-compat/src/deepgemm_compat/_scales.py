@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deepgemm_compat._surface import DLPACK_RETURNS_UNTIL, surface
-from deepgemm_compat.errors import InputError, UnsupportedFeatureError
+from deepgemm_compat.errors import InputError
 
 if TYPE_CHECKING:
     import torch
@@ -74,12 +74,7 @@ def tma_aligned_scales(sf: torch.Tensor) -> torch.Tensor:
         sf: ``(mn, k)`` or ``(groups, mn, k)`` float32 on CUDA.
     """
     s = surface()
-    fn = s.fn("tma_aligned_scales")
-    if fn is None:
-        raise UnsupportedFeatureError(
-            f"sgl-deep-gemm {s.version} has no get_mn_major_tma_aligned_tensor"
-        )
-    out = fn(sf)
+    out = s.require("tma_aligned_scales")(sf)
     if out.data_ptr() == sf.data_ptr() and out.shape == sf.shape and out.stride() == sf.stride():
         out = sf
     if s.version <= DLPACK_RETURNS_UNTIL:

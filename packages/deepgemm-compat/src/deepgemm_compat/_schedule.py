@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from deepgemm_compat._surface import surface
-from deepgemm_compat.errors import InputError, UnsupportedFeatureError
+from deepgemm_compat.errors import InputError
 
 if TYPE_CHECKING:
     import torch
@@ -22,11 +22,7 @@ if TYPE_CHECKING:
 
 def current_num_sms() -> int:
     """The SM count DeepGEMM schedules for now (``deep_gemm.get_num_sms()``)."""
-    s = surface()
-    fn = s.fn("get_num_sms")
-    if fn is None:
-        raise UnsupportedFeatureError(f"sgl-deep-gemm {s.version} has no get_num_sms")
-    return int(fn())
+    return int(surface().require("get_num_sms")())
 
 
 @contextlib.contextmanager
@@ -35,10 +31,7 @@ def num_sms_scope(num_sms: int | None) -> Iterator[None]:
     if num_sms is None:
         yield
         return
-    s = surface()
-    set_, old = s.fn("set_num_sms"), current_num_sms()
-    if set_ is None:
-        raise UnsupportedFeatureError(f"sgl-deep-gemm {s.version} has no set_num_sms")
+    set_, old = surface().require("set_num_sms"), current_num_sms()
     set_(int(num_sms))
     try:
         yield
@@ -48,13 +41,7 @@ def num_sms_scope(num_sms: int | None) -> Iterator[None]:
 
 def build_schedule(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
     """Call the wheel's ``get_paged_mqa_logits_metadata`` (no caching)."""
-    s = surface()
-    fn = s.fn("paged_mqa_logits_metadata")
-    if fn is None:
-        raise UnsupportedFeatureError(
-            f"sgl-deep-gemm {s.version} has no get_paged_mqa_logits_metadata"
-        )
-    return fn(context_lens, block_kv, num_sms)
+    return surface().require("paged_mqa_logits_metadata")(context_lens, block_kv, num_sms)
 
 
 def check_schedule(meta: torch.Tensor, num_sms: int) -> None:

@@ -8,12 +8,15 @@ the compiled module (``deep_gemm._C``), not at the top level.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from packaging.version import Version
+
+from deepgemm_compat import _detect, _load
+from deepgemm_compat.errors import UnsupportedFeatureError
 
 RENAMES: dict[str, tuple[str, ...]] = {
     # 0.2.5 removed fp8_paged_mqa_logits / fp8_mqa_logits; only the fp8_fp4_* remain.
@@ -59,34 +62,56 @@ DLPACK_RETURNS_UNTIL = Version("0.2.2")
 # The overlap (single-batch-overlap) keywords of SGLang's masked-GEMM call.
 OVERLAP_KEYWORDS = ("enable_overlap", "max_block_n", "signal")
 
+Params = Mapping[str, inspect.Parameter]
+
 
 @dataclass(frozen=True)
 class Surface:
-    """A loaded ``deep_gemm`` module plus its release, with the lookups the facade needs."""
+    """A loaded ``deep_gemm`` module plus its release, with the lookups the facade needs.
+
+    Symbols and their signatures are looked up once per Surface (``surface()`` keeps one per
+    loaded module), not on every facade call: ``inspect.signature`` costs about 20 us.
+    """
 
     module: ModuleType
     version: Version
+    _ops: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _symbols: dict[str, tuple[Callable[..., Any] | None, Params | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def which(self, op: str) -> str | None:
         """The symbol serving ``op`` (e.g. ``"_C.set_pdl"``), or ``None`` if none exists."""
-        for name in RENAMES[op]:
-            if self._get(name) is not None:
-                return name
-        return None
+        if op not in self._ops:
+            self._ops[op] = next((n for n in RENAMES[op] if self.symbol(n)[0] is not None), None)
+        return self._ops[op]
 
     def fn(self, op: str) -> Callable[..., Any] | None:
         name = self.which(op)
-        return None if name is None else self._get(name)
+        return None if name is None else self.symbol(name)[0]
 
-    def params(self, op: str) -> dict[str, inspect.Parameter] | None:
-        """The parameters of the symbol serving ``op``; ``None`` if it has no signature."""
+    def require(self, op: str) -> Callable[..., Any]:
+        """``fn(op)``, or UnsupportedFeatureError naming the symbols this release lacks."""
         fn = self.fn(op)
         if fn is None:
-            return None
-        try:
-            return dict(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            return None
+            raise UnsupportedFeatureError(
+                f"sgl-deep-gemm {self.version} has no {' or '.join(RENAMES[op])}"
+            )
+        return fn
+
+    def params(self, op: str) -> Params | None:
+        """The parameters of the symbol serving ``op``; ``None`` if it has no signature."""
+        name = self.which(op)
+        return None if name is None else self.symbol(name)[1]
+
+    def symbol(self, name: str) -> tuple[Callable[..., Any] | None, Params | None]:
+        """The callable ``name`` names (``"_C."`` prefix: on the compiled module) and its
+        parameters (``None`` without a signature); ``(None, None)`` if absent."""
+        hit = self._symbols.get(name)
+        if hit is None:
+            fn = self._get(name)
+            hit = self._symbols[name] = (fn, None if fn is None else _parameters(fn))
+        return hit
 
     def _get(self, name: str) -> Callable[..., Any] | None:
         obj: Any = self.module
@@ -97,26 +122,29 @@ class Surface:
         return obj if callable(obj) else None
 
 
+def _parameters(fn: Callable[..., Any]) -> Params | None:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a C entry point without a text signature
+        return None
+
+
 def module_version(module: ModuleType) -> Version:
     """The release of a loaded ``deep_gemm`` (its ``__version__``, else package metadata)."""
     text = getattr(module, "__version__", None)
     if not text:
-        from deepgemm_compat._detect import collect
-
-        text = collect(check_symbols=False, providers=False).deep_gemm_version or "0.0.0"
+        text = _detect.collect(check_symbols=False, providers=False).deep_gemm_version or "0.0.0"
     return Version(str(text))
 
 
-_cache: dict[int, Surface] = {}
+_current: Surface | None = None
 
 
 def surface() -> Surface:
     """The Surface of the module the facade uses (``load()`` on first use)."""
-    from deepgemm_compat import _load
-
+    global _current
     module = _load._module if _load._module is not None else _load.load()
-    cached = _cache.get(id(module))
-    if cached is None or cached.module is not module:
-        cached = Surface(module, module_version(module))
-        _cache[id(module)] = cached
-    return cached
+    s = _current
+    if s is None or s.module is not module:
+        s = _current = Surface(module, module_version(module))
+    return s
