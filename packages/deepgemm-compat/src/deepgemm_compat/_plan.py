@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class KernelType(StrEnum):
     """SGLang's DeepGemmKernelType names."""
 
@@ -65,7 +69,7 @@ class GemmShape:
         kernel = KernelType(self.kernel)
         object.__setattr__(self, "kernel", kernel)
         for label, value in (("n", self.n), ("k", self.k), ("groups", self.groups)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ValueError(
                     f"GemmShape {self.name or kernel.value}: {label} must be a positive int, "
                     f"got {value!r}"
@@ -92,7 +96,7 @@ class CPSetup:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "split", CPSplit(self.split))
-        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+        if not _is_int(self.size) or self.size < 1:
             raise ValueError(f"CP size must be a positive int, got {self.size!r}")
         if self.draft_cp and not self.draft:
             raise ValueError(
@@ -106,7 +110,7 @@ class CPSetup:
 
 def sglang_m_max(chunked_prefill_size: int) -> int:
     """The largest M SGLang warms for a ``chunked_prefill_size`` (-1 = chunking off)."""
-    if not isinstance(chunked_prefill_size, int) or isinstance(chunked_prefill_size, bool):
+    if not _is_int(chunked_prefill_size):
         raise ValueError(f"chunked_prefill_size must be an int, got {chunked_prefill_size!r}")
     if chunked_prefill_size < 1:
         return 64 * 1024
@@ -167,22 +171,17 @@ class PlanEntry:
     reason: str
 
     def to_dict(self) -> dict:
+        def grid(ms: tuple[int, ...]) -> dict:
+            return {"count": len(ms), "m_max": max(ms, default=0), "runs": compress(ms)}
+
         return {
             "name": self.shape.name,
             "kernel": self.shape.kernel.value,
             "n": self.shape.n,
             "k": self.shape.k,
             "groups": self.shape.groups,
-            "before": {
-                "count": len(self.before),
-                "m_max": max(self.before, default=0),
-                "runs": compress(self.before),
-            },
-            "after": {
-                "count": len(self.after),
-                "m_max": max(self.after, default=0),
-                "runs": compress(self.after),
-            },
+            "before": grid(self.before),
+            "after": grid(self.after),
             "reason": self.reason,
         }
 
@@ -255,27 +254,22 @@ def plan_warmup(
     if floor < 1 or mk_alignment < 1:
         raise ValueError(f"floor and mk_alignment must be >= 1, got {floor}, {mk_alignment}")
     base = sglang_m_list(chunked_prefill_size, fast)
-    m_max = max(base)
+    m_max = base[-1]
+    # fast_to_chunk: the caps apply to the fast sample run on up to the chunk, not to `base`.
     extend = fast and fast_to_chunk and chunked_prefill_size > m_max
-    target, sample = (
-        (chunked_prefill_size, fast_m_list(chunked_prefill_size))
-        if extend
-        else (
-            m_max,
-            base,
-        )
-    )
+    target = chunked_prefill_size if extend else m_max
+    sample = fast_m_list(target) if extend else base
     shrink = cp.splits_sequence and (not cp.draft or cp.draft_cp)
     dense_cap = min(target, max(floor, math.ceil(target / cp.size))) if shrink else target
-    gap = f"; fast mode sampled up to {{}} (SGLang's fast list stops at {m_max})" if extend else ""
-    if not shrink:
-        why = (
-            "a draft model runs outside CP and sees full chunks"
-            if cp.splits_sequence
-            else "CP does not split the sequence"
-            if cp.size > 1
-            else "no CP"
-        )
+    if shrink:
+        dense_why = f"dense: CP {cp.size} {cp.split.value} gives ~m/{cp.size} rows per rank"
+    elif cp.splits_sequence:
+        dense_why = "dense: no shrink (a draft model runs outside CP and sees full chunks)"
+    elif cp.size > 1:
+        dense_why = "dense: no shrink (CP does not split the sequence)"
+    else:
+        dense_why = "dense: no shrink (no CP)"
+    grouped_why = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
     merged: dict[tuple, GemmShape] = {}
     for s in shapes:
         prev = merged.get(s.key)
@@ -285,16 +279,15 @@ def plan_warmup(
     for s in merged.values():
         before = _for_kernel(base, s.kernel, mk_alignment)
         cap = target if s.kernel.grouped else dense_cap
-        if s.kernel.grouped:
-            reason = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
-        elif shrink:
-            reason = f"dense: CP {cp.size} {cp.split.value} gives ~m/{cp.size} rows per rank"
-        else:
-            reason = f"dense: no shrink ({why})"
-        if cap == m_max and not extend:
+        if cap == m_max and not extend:  # the sample is `base`, nothing cut
             after = before
         else:
             ms = [m for m in sample if m <= cap]
-            after = _for_kernel(ms if cap in ms else [*ms, cap], s.kernel, mk_alignment)
-        entries.append(PlanEntry(s, before, after, reason + gap.format(cap)))
+            if ms[-1] != cap:
+                ms.append(cap)
+            after = _for_kernel(ms, s.kernel, mk_alignment)
+        reason = grouped_why if s.kernel.grouped else dense_why
+        if extend:
+            reason += f"; fast mode sampled up to {cap} (SGLang's fast list stops at {m_max})"
+        entries.append(PlanEntry(s, before, after, reason))
     return WarmupPlan(chunked_prefill_size, fast, cp, m_max, dense_cap, tuple(entries))
