@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 
+_DENSE = KernelType.GEMM_NT_F8F8BF16
+_CONTIG = KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG
+_MASKED = KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED
+
+
 @dataclass
 class ShapeRun:
     """What ``run_warmup`` did for one shape."""
@@ -85,32 +90,29 @@ def _executor(entry: PlanEntry, max_m: int) -> Callable[[int], None]:
 
     from deepgemm_compat._gemm import fp8_gemm_nt, grouped_gemm_contiguous, grouped_gemm_masked
 
-    s, dev, fp8 = entry.shape, "cuda", torch.float8_e4m3fn
+    s = entry.shape
+    if s.kernel not in (_DENSE, _CONTIG, _MASKED):
+        raise NotImplementedError(f"run_warmup has no executor for {s.kernel.value}")
     kb, nb = (s.k + 127) // 128, (s.n + 127) // 128
-    if s.kernel is KernelType.GEMM_NT_F8F8BF16:
-        a = torch.empty((max_m, s.k), device=dev, dtype=fp8)
-        sa = torch.ones((max_m, kb), device=dev)
-        b = torch.empty((s.n, s.k), device=dev, dtype=fp8)
-        sb = torch.ones((nb, kb), device=dev)
-        out = torch.empty((max_m, s.n), device=dev, dtype=torch.bfloat16)
+    lhs_g = (s.groups,) if s.kernel is _MASKED else ()  # masked: an M_max block per expert
+    rhs_g = (s.groups,) if s.kernel.grouped else ()
+
+    def fp8(*shape: int) -> torch.Tensor:
+        return torch.empty(shape, device="cuda", dtype=torch.float8_e4m3fn)
+
+    def ones(*shape: int) -> torch.Tensor:
+        return torch.ones(shape, device="cuda")
+
+    a, sa = fp8(*lhs_g, max_m, s.k), ones(*lhs_g, max_m, kb)
+    b, sb = fp8(*rhs_g, s.n, s.k), ones(*rhs_g, nb, kb)
+    out = torch.empty((*lhs_g, max_m, s.n), device="cuda", dtype=torch.bfloat16)
+    if s.kernel is _DENSE:
         return lambda m: fp8_gemm_nt((a[:m], sa[:m]), (b, sb), out[:m])
-    if s.kernel is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG:
-        a = torch.empty((max_m, s.k), device=dev, dtype=fp8)
-        sa = torch.ones((max_m, kb), device=dev)
-        b = torch.empty((s.groups, s.n, s.k), device=dev, dtype=fp8)
-        sb = torch.ones((s.groups, nb, kb), device=dev)
-        layout = torch.zeros((max_m,), device=dev, dtype=torch.int32)
-        out = torch.empty((max_m, s.n), device=dev, dtype=torch.bfloat16)
+    if s.kernel is _CONTIG:
+        layout = torch.zeros((max_m,), device="cuda", dtype=torch.int32)
         return lambda m: grouped_gemm_contiguous((a[:m], sa[:m]), (b, sb), out[:m], layout[:m])
-    if s.kernel is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED:
-        a = torch.empty((s.groups, max_m, s.k), device=dev, dtype=fp8)
-        sa = torch.ones((s.groups, max_m, kb), device=dev)
-        b = torch.empty((s.groups, s.n, s.k), device=dev, dtype=fp8)
-        sb = torch.ones((s.groups, nb, kb), device=dev)
-        masked = torch.zeros((s.groups,), device=dev, dtype=torch.int32)
-        out = torch.empty((s.groups, max_m, s.n), device=dev, dtype=torch.bfloat16)
-        return lambda m: grouped_gemm_masked((a, sa), (b, sb), out, masked, m)
-    raise NotImplementedError(f"run_warmup has no executor for {s.kernel.value}")
+    masked_m = torch.zeros((s.groups,), device="cuda", dtype=torch.int32)
+    return lambda m: grouped_gemm_masked((a, sa), (b, sb), out, masked_m, m)
 
 
 def run_warmup(
