@@ -29,6 +29,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
 VARIANTS = {"sglang": "before", "cp_aware": "after"}
+# What the parent passes on to each variant's process.
+CHILD_ARGS = ("chunked", "cp", "split", "shapes", "ep", "budget_s")
 
 
 def _count_kernels(cache: Path) -> int:
@@ -109,27 +111,9 @@ def parent(args: argparse.Namespace) -> list[dict]:
     for variant in args.variants.split(","):
         cache = Path(tempfile.mkdtemp(prefix=f"dg-cache-{variant}-"))
         result = out / f"warmup_{variant}.json"
-        cmd = [
-            sys.executable,
-            __file__,
-            "--child",
-            "--variant",
-            variant,
-            "--json",
-            str(result),
-            "--chunked",
-            str(args.chunked),
-            "--cp",
-            str(args.cp),
-            "--split",
-            args.split,
-            "--shapes",
-            args.shapes,
-            "--ep",
-            str(args.ep),
-            "--budget-s",
-            str(args.budget_s),
-        ]
+        cmd = [sys.executable, __file__, "--child", "--variant", variant, "--json", str(result)]
+        for name in CHILD_ARGS:
+            cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         env = {
             **os.environ,
             "DG_JIT_CACHE_DIR": str(cache),
