@@ -130,45 +130,30 @@ def pair(*shape, scale):
     return torch.zeros(shape, dtype=FP8), torch.ones(scale)
 
 
+def gemm():
+    return {
+        "lhs": pair(8, 256, scale=(8, 2)),
+        "rhs": pair(16, 256, scale=(1, 2)),
+        "out": torch.empty((8, 16), dtype=torch.bfloat16),
+    }
+
+
 GEMM_CASES = {
     "lhs_not_pair": (
-        lambda: (
-            torch.zeros((8, 256), dtype=FP8),
-            pair(16, 256, scale=(1, 2)),
-            torch.empty((8, 16), dtype=torch.bfloat16),
-        ),
+        {"lhs": torch.zeros((8, 256), dtype=FP8)},
         r"lhs must be a \(tensor, scale\) pair",
     ),
     "lhs_bf16": (
-        lambda: (
-            (torch.zeros((8, 256), dtype=torch.bfloat16), torch.ones((8, 2))),
-            pair(16, 256, scale=(1, 2)),
-            torch.empty((8, 16), dtype=torch.bfloat16),
-        ),
+        {"lhs": (torch.zeros((8, 256), dtype=torch.bfloat16), torch.ones((8, 2)))},
         r"lhs\[0\] must be torch.float8_e4m3fn",
     ),
-    "scale_rows": (
-        lambda: (
-            pair(8, 256, scale=(7, 2)),
-            pair(16, 256, scale=(1, 2)),
-            torch.empty((8, 16), dtype=torch.bfloat16),
-        ),
-        r"lhs\[1\].shape\[0\] must equal",
-    ),
+    "scale_rows": ({"lhs": pair(8, 256, scale=(7, 2))}, r"lhs\[1\].shape\[0\] must equal"),
     "k_mismatch": (
-        lambda: (
-            pair(8, 256, scale=(8, 2)),
-            pair(16, 128, scale=(1, 1)),
-            torch.empty((8, 16), dtype=torch.bfloat16),
-        ),
+        {"rhs": pair(16, 128, scale=(1, 1))},
         r"rhs\[0\].shape\[1\] must be 256 \(K of lhs\)",
     ),
     "out_shape": (
-        lambda: (
-            pair(8, 256, scale=(8, 2)),
-            pair(16, 256, scale=(1, 2)),
-            torch.empty((8, 8), dtype=torch.bfloat16),
-        ),
+        {"out": torch.empty((8, 8), dtype=torch.bfloat16)},
         r"out must have shape \(M, N\) = \(8, 16\)",
     ),
 }
@@ -177,9 +162,9 @@ GEMM_CASES = {
 @pytest.mark.parametrize("case", sorted(GEMM_CASES))
 def test_fp8_gemm_nt_bad_input(standin, case):
     state = standin("0.2.2")
-    build, pattern = GEMM_CASES[case]
+    change, pattern = GEMM_CASES[case]
     with pytest.raises(dgc.InputError, match=pattern):
-        dgc.fp8_gemm_nt(*build())
+        dgc.fp8_gemm_nt(**{**gemm(), **change})
     assert state.calls == []
 
 
