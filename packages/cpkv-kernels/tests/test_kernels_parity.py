@@ -53,14 +53,15 @@ def _check_all(ops, torch_ops, d: Data, label: str) -> None:
             "(n,)",
         )
 
-    args = (lay.req_pages, lay.prefix_lens, lay.extend_lens, p)
-    assert_bitwise_equal(
-        f"{label} current_page_mask",
-        ops["current_page_mask"](*args),
-        torch_ops["current_page_mask"](*args),
-        2,
-        "(b, j)",
-    )
+    for dtype in (torch.int32, torch.int64):  # only req_pages' shape is read: any index dtype
+        args = (lay.req_pages.to(dtype), lay.prefix_lens, lay.extend_lens, p)
+        assert_bitwise_equal(
+            f"{label} current_page_mask {dtype}",
+            ops["current_page_mask"](*args),
+            torch_ops["current_page_mask"](*args),
+            2,
+            "(b, j)",
+        )
 
 
 @pytest.mark.parametrize("row", ["656B", "1152B", "132B"])

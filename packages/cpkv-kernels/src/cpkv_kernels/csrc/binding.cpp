@@ -163,8 +163,7 @@ void current_page_mask_cuda(const at::Tensor& req_pages, const at::Tensor& prefi
               "prefix_lens and extend_lens must be (B,)");
   TORCH_CHECK(req_pages.size(0) <= kMaxGridY, "at most ", kMaxGridY, " requests");
   const c10::cuda::CUDAGuard guard(mask.device());
-  PageMaskArgs a{req_pages.data_ptr<int32_t>(),
-                 prefix_lens.data_ptr(),
+  PageMaskArgs a{prefix_lens.data_ptr(),
                  extend_lens.data_ptr(),
                  prefix_lens.scalar_type() == at::kLong,
                  mask.data_ptr<bool>(),

@@ -58,12 +58,13 @@ struct RemapArgs {
   int64_t page_size;
 };
 
+// The mask is keyed by (request, page index), never by page value: req_pages' shape is all the
+// kernel needs, so its values (and dtype) are never read.
 struct PageMaskArgs {
-  const int32_t* req_pages;  // (B, M)
-  const void* prefix_lens;   // (B,) int32 or int64 (same dtype as extend_lens)
-  const void* extend_lens;   // (B,)
+  const void* prefix_lens;  // (B,) int32 or int64 (same dtype as extend_lens)
+  const void* extend_lens;  // (B,)
   bool lens_is_64;
-  bool* mask;                  // (B, M), written
+  bool* mask;  // (B, M), written
   int64_t num_reqs;
   int64_t max_pages;
   int64_t page_size;
