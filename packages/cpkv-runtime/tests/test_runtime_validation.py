@@ -131,6 +131,14 @@ def test_fill_current_rejects_bad_values_and_shapes():
         cr.fill_current(dense, cur, token_req, loc.float(), layout)
 
 
+def test_fill_current_into_a_batch_without_slots():
+    """No request uses a page: a token that writes one is named, not an IndexError."""
+    layout = cr.plan_layout([[-1]], [0], [0], 8, 4)
+    dense = cr.materialize(torch.zeros(4, 8, 2), layout)
+    with _raises("out_cache_loc[0] = 3 is on page 0, which request 0 does not use"):
+        cr.fill_current(dense, torch.ones(1, 2), torch.tensor([0]), torch.tensor([3]), layout)
+
+
 def test_remap_rejects_bad_values():
     layout = SCENARIOS["tiny_extends"].plan()
     with _raises("locs[0, 1] = -2 is negative and not -1 (absent)"):

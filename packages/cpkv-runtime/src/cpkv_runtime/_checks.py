@@ -6,17 +6,19 @@ Each message names the tensor, what was expected, what was found, and the fix.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .errors import LayoutError
 
 __all__ = [
+    "any_true",
     "as_index",
     "check_count",
     "check_row_shape",
     "first_true",
+    "raise_first",
     "same_device",
     "snippet",
 ]
@@ -93,12 +95,29 @@ def check_row_shape(
         )
 
 
+def any_true(*masks: torch.Tensor | None) -> bool:
+    """Whether any of ``masks`` (None = skipped) holds a True: one host sync for all of them.
+
+    Value checks compute their masks, ask this once, and look for the culprit (one sync per mask)
+    only when something is wrong, so valid input costs one sync however many checks there are.
+    """
+    flat = [m.reshape(-1) for m in masks if m is not None]
+    return bool(torch.cat(flat).any()) if flat else False
+
+
 def first_true(mask: torch.Tensor) -> tuple[int, ...] | None:
     """Index of the first True of ``mask`` (row-major), or None; one host sync."""
     hits = torch.nonzero(mask)
     if hits.shape[0] == 0:
         return None
     return tuple(int(v) for v in hits[0].tolist())
+
+
+def raise_first(mask: torch.Tensor | None, message: Callable[[tuple[int, ...]], str]) -> None:
+    """Raise ``LayoutError(message(index))`` at the first True of ``mask`` (None: no check)."""
+    bad = None if mask is None else first_true(mask)
+    if bad is not None:
+        raise LayoutError(message(bad))
 
 
 def snippet(values: Sequence[int], end: int, width: int = 3) -> str:

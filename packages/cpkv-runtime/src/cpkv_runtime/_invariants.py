@@ -12,7 +12,7 @@ import torch
 
 from ._bytes import byte_rows
 from ._checks import first_true
-from ._layout import Layout
+from ._layout import Layout, current_tokens
 from ._torch_ops import current_page_mask as current_page_mask_torch
 from .errors import InvariantError
 
@@ -149,8 +149,6 @@ def _check_current(
     token_req: torch.Tensor,
     out_cache_loc: torch.Tensor,
 ) -> None:
-    from ._layout import current_tokens  # the positions each request must have written
-
     page_size, span = layout.page_size, layout.num_pages * layout.page_size
     valid = torch.nonzero(out_cache_loc >= 0).squeeze(1)
     req, loc = token_req.long()[valid], out_cache_loc.long()[valid]

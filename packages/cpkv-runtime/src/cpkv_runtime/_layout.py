@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import as_index, check_count, first_true, same_device, snippet
+from ._checks import any_true, as_index, check_count, raise_first, same_device, snippet
 from ._dispatch import dispatch
 from ._torch_ops import current_page_mask as current_page_mask_torch
 from .errors import LayoutError
@@ -93,7 +93,7 @@ def _validate(
     page_size: int,
     num_pages: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """All of plan_layout's input checks; returns (pages_used, used mask)."""
+    """All of plan_layout's input checks (one host sync on valid input); (pages_used, used)."""
     bsz, max_pages = req_pages.shape
     for name, lens in (("prefix_lens", prefix), ("extend_lens", extend)):
         if lens.shape[0] != bsz:
@@ -101,47 +101,55 @@ def _validate(
                 f"{name} has {lens.shape[0]} entries but req_pages has {bsz} rows (requests); "
                 f"fix: pass one length per request"
             )
-        bad = first_true(lens < 0)
-        if bad is not None:
-            raise LayoutError(f"{name}[{bad[0]}] = {int(lens[bad])} is negative")
     seq = prefix.long() + extend.long()
     pages_used = torch.div(seq + page_size - 1, page_size, rounding_mode="floor")
-    bad = first_true(pages_used > max_pages)
-    if bad is not None:
-        b = bad[0]
-        raise LayoutError(
+    j = torch.arange(max_pages, device=req_pages.device)
+    used = j.unsqueeze(0) < pages_used.unsqueeze(1)
+    too_long = pages_used > max_pages
+    bad_page = used & ((req_pages < 0) | (req_pages >= num_pages))
+    # Duplicates inside a request: sort the used pages of each row, compare neighbours.
+    keyed = torch.where(used, req_pages.long(), num_pages + j.unsqueeze(0))
+    ordered, perm = torch.sort(keyed, dim=1, stable=True)
+    twice = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] < num_pages)
+    if not any_true(prefix < 0, extend < 0, too_long, bad_page, twice):
+        return pages_used, used
+
+    def too_long_msg(at: tuple[int, ...]) -> str:
+        b = at[0]
+        return (
             f"request {b} has seq_len {int(seq[b])} = prefix {int(prefix[b])} + extend "
             f"{int(extend[b])}, which needs ceil({int(seq[b])}/{page_size}) = "
             f"{int(pages_used[b])} pages, but req_pages has only {max_pages} columns; "
             f"fix: widen req_pages or check the lengths"
         )
-    j = torch.arange(max_pages, device=req_pages.device)
-    used = j.unsqueeze(0) < pages_used.unsqueeze(1)
-    bad = first_true(used & ((req_pages < 0) | (req_pages >= num_pages)))
-    if bad is not None:
-        b, jj = bad
+
+    def bad_page_msg(at: tuple[int, ...]) -> str:
+        b, jj = at
         page = int(req_pages[b, jj])
         why = "is -1 (absent)" if page == -1 else f"is out of range for a pool of {num_pages} pages"
-        raise LayoutError(
+        return (
             f"req_pages[{b}][{jj}] = {page} {why}, but request {b} uses pages j < "
             f"{int(pages_used[b])} (seq_len {int(seq[b])}, page_size {page_size}); "
             f"fix: list a valid pool page for every used page"
         )
-    # Duplicates inside a request: sort the used pages of each row, compare neighbours.
-    keyed = torch.where(used, req_pages.long(), num_pages + j.unsqueeze(0))
-    ordered, perm = torch.sort(keyed, dim=1, stable=True)
-    dup = first_true((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] < num_pages))
-    if dup is not None:
-        b, k = dup
+
+    def twice_msg(at: tuple[int, ...]) -> str:
+        b, k = at
         j1, j2 = sorted((int(perm[b, k]), int(perm[b, k + 1])))
         page = int(req_pages[b, j2])
         row = [int(v) for v in req_pages[b, : j2 + 1].tolist()]
         shown = snippet(row, j2) if j2 - j1 == 1 else f"[.., {page}, .., {page}]"
-        raise LayoutError(
+        return (
             f"req_pages[{b}] lists page {page} twice (j={j1} and j={j2}); a request may use a "
             f"page once (got pages {shown})"
         )
-    return pages_used, used
+
+    for name, lens in (("prefix_lens", prefix), ("extend_lens", extend)):
+        raise_first(lens < 0, lambda at, n=name, x=lens: f"{n}[{at[0]}] = {int(x[at])} is negative")
+    raise_first(too_long, too_long_msg)
+    raise_first(bad_page, bad_page_msg)
+    raise_first(twice, twice_msg)
+    raise AssertionError("a check failed but reported nothing")  # unreachable
 
 
 def plan_layout(

@@ -1,8 +1,8 @@
 """Public ops: validate, dispatch to a backend, and under ``CPKV_DEBUG=1`` re-check invariants.
 
 Every op takes ``backend=`` (``torch``/``triton``/``cuda``/``auto``; default: ``CPKV_BACKEND``,
-else auto). ``validate=False`` skips the value-level checks that need a host sync (shape, dtype
-and device checks always run).
+else auto). ``validate=False`` skips the value-level checks, which cost one host sync per call on
+valid input (shape, dtype and device checks always run and never sync).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from ._checks import as_index, check_row_shape, first_true, same_device
 from ._dispatch import dispatch
 from ._invariants import check_invariants, debug_enabled
 from ._layout import Layout
+from ._op_checks import check_fill_values, check_locs
+from ._torch_ops import fill_current as fill_current_torch
 from ._torch_ops import remap_locs as remap_locs_torch
 from .errors import InvariantError, LayoutError
 
@@ -68,48 +70,6 @@ def materialize(
     return dense
 
 
-def _check_fill_values(layout: Layout, token_req: torch.Tensor, loc: torch.Tensor) -> None:
-    span = layout.num_pages * layout.page_size
-    bad = first_true((loc < -1) | (loc >= span))
-    if bad is not None:
-        t = bad[0]
-        raise LayoutError(
-            f"out_cache_loc[{t}] = {int(loc[t])} is outside the pool [0, {span}) and not -1 "
-            f"(padding)"
-        )
-    valid = loc >= 0
-    bad = first_true(valid & ((token_req < 0) | (token_req >= layout.batch_size)))
-    if bad is not None:
-        t = bad[0]
-        raise LayoutError(
-            f"token_req[{t}] = {int(token_req[t])} is not a request of this batch "
-            f"(B = {layout.batch_size})"
-        )
-    if not bool(valid.any()):  # only padding rows: nothing is written
-        return
-    req, page = token_req.long().clamp(0, layout.batch_size - 1), loc.long().clamp_min(0)
-    page = torch.div(page, layout.page_size, rounding_mode="floor")
-    slot = layout.inverse.long()[req, page]
-    owner = layout.slot_owner.long()[slot.clamp_min(0)]
-    bad = first_true(valid & ((slot < 0) | (owner != req)))
-    if bad is not None:
-        t, b, p = bad[0], int(req[bad[0]]), int(page[bad[0]])
-        how = "does not use" if int(slot[t]) < 0 else "only reads (history)"
-        raise LayoutError(
-            f"out_cache_loc[{t}] = {int(loc[t])} is on page {p}, which request {b} {how}; a "
-            f"current token must land on a page its request writes "
-            f"(pages j >= prefix_lens[{b}] // P); fix: check token_req/out_cache_loc order"
-        )
-    key = torch.sort((req * layout.num_pages * layout.page_size + loc.long())[valid]).values
-    bad = first_true(key[1:] == key[:-1])
-    if bad is not None:
-        dup = int(key[bad[0]])
-        raise LayoutError(
-            f"two current tokens of request {dup // span} write pool location {dup % span}; "
-            f"each location is written once"
-        )
-
-
 def fill_current(
     dense: torch.Tensor,
     current_kv: torch.Tensor,
@@ -156,41 +116,20 @@ def fill_current(
         out_cache_loc=out_cache_loc,
     )
     if validate:
-        _check_fill_values(layout, token_req, out_cache_loc)
+        check_fill_values(layout, token_req, out_cache_loc)
     before = dense.clone() if debug_enabled() else None
     if not (row_contiguous(dense, 1) and row_contiguous(current_kv, 1)):
         backend = "torch"  # kernels take page-contiguous tensors only (see _backend.py)
     fn = dispatch("fill_current", device, backend)
     fn(dense, current_kv, token_req, out_cache_loc, layout.inverse, layout.page_size)
     if before is not None:
-        expected = before
-        dispatch("fill_current", device, "torch")(
-            expected, current_kv, token_req, out_cache_loc, layout.inverse, layout.page_size
+        fill_current_torch(
+            before, current_kv, token_req, out_cache_loc, layout.inverse, layout.page_size
         )
-        if not torch.equal(byte_rows(expected, 2), byte_rows(dense, 2)):
+        if not torch.equal(byte_rows(before, 2), byte_rows(dense, 2)):
             raise InvariantError("invariant 1: fill_current wrote rows the definition does not")
         check_invariants(layout)
     return dense
-
-
-def _check_locs(name: str, locs: torch.Tensor, req_id: torch.Tensor, layout: Layout) -> None:
-    if req_id.shape[0] != locs.shape[0]:
-        raise LayoutError(
-            f"req_id has {req_id.shape[0]} entries but {name} has {locs.shape[0]} rows; "
-            f"fix: pass the request of every row"
-        )
-    bad = first_true(locs < -1)
-    if bad is not None:
-        raise LayoutError(f"{name}{list(bad)} = {int(locs[bad])} is negative and not -1 (absent)")
-    rows = locs.unsqueeze(1) if locs.dim() == 1 else locs
-    present = (rows >= 0).any(dim=1)
-    bad = first_true(present & ((req_id < 0) | (req_id >= layout.batch_size)))
-    if bad is not None:
-        n = bad[0]
-        raise LayoutError(
-            f"req_id[{n}] = {int(req_id[n])} is not a request of this batch (B = "
-            f"{layout.batch_size}) but {name}[{n}] holds entries other than -1"
-        )
 
 
 def remap_locs(
@@ -222,11 +161,7 @@ def remap_locs(
     if out is not None and (out.shape != locs.shape or out.dtype != torch.int32):
         raise LayoutError(f"out must be int32 {tuple(locs.shape)}, got {out.dtype} {out.shape}")
     if validate:
-        _check_locs("locs", locs, req_id, layout)
-        span = layout.num_pages * layout.page_size
-        bad = first_true(locs >= span)
-        if bad is not None:
-            raise LayoutError(f"locs{list(bad)} = {int(locs[bad])} is outside the pool [0, {span})")
+        check_locs("locs", locs, req_id, layout, layout.num_pages * layout.page_size)
     result = dispatch("remap_locs", device, backend)(
         locs, req_id, layout.inverse, layout.page_size, out
     )
@@ -265,7 +200,7 @@ def remap_positions(
     req_id = as_index(req_id, "req_id", 1)
     same_device(layout=layout.req_pages, positions=positions, req_id=req_id)
     if validate:
-        _check_locs("positions", positions, req_id, layout)
+        check_locs("positions", positions, req_id, layout)
     page_size = layout.page_size
     if layout.max_pages == 0 or layout.batch_size == 0:  # nothing to point at: all absent
         return torch.full(positions.shape, -1, dtype=torch.int32, device=positions.device)
