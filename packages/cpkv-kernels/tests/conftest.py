@@ -52,16 +52,6 @@ def triton_ops():
 
 
 @pytest.fixture(scope="session")
-def cuda_ops():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from cpkv_kernels import _cuda_ops
-
-    _cuda_ops.load()
-    return make_ops("cuda")
-
-
-@pytest.fixture(scope="session")
 def impls(triton_ops) -> dict[str, dict]:
     """The kernel backends that run here: triton always, cuda with a GPU."""
     found = {"triton": triton_ops}

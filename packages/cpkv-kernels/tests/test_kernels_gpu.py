@@ -13,6 +13,7 @@ import pytest
 import torch
 from _cases import make_data, random_batch
 from _compare import assert_bitwise_equal
+from cpkv_runtime import OP_NAMES
 from test_kernels_opcheck import _args
 from test_kernels_parity import _check_all
 
@@ -20,8 +21,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-OPS = ("build_inverse", "materialize", "fill_current", "remap_locs", "current_page_mask")
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
@@ -39,7 +38,7 @@ def test_parity_sweep(bsz, page_size, row, share, impls, torch_ops):
         _check_all(ops, torch_ops, data, f"{name} B={bsz} P={page_size} {row} share={share}")
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", OP_NAMES)
 def test_opcheck_cuda(op, impls):
     torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_cuda").default, _args("cuda")[op])
 

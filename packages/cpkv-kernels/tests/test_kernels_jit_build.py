@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 _PROBE = """
 import json, torch
 from cpkv_kernels import _cuda_ops
+from cpkv_runtime import OP_NAMES
 r = _cuda_ops.load()
-ops = [getattr(torch.ops.cpkv, f"{op}_cuda").default for op in _cuda_ops.OPS]
+ops = [getattr(torch.ops.cpkv, f"{op}_cuda").default for op in OP_NAMES]
 schemas = [str(o._schema) for o in ops]
 print(json.dumps({"built": r.built, "library": str(r.library), "schemas": schemas}))
 """

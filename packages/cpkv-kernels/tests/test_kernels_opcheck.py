@@ -10,6 +10,7 @@ import pytest
 import torch
 from _cases import make_data, named_batches
 from _compare import assert_bitwise_equal
+from cpkv_runtime import OP_NAMES
 
 
 def _args(device: str) -> dict[str, tuple]:
@@ -36,9 +37,7 @@ def _args(device: str) -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize(
-    "op", ["build_inverse", "materialize", "fill_current", "remap_locs", "current_page_mask"]
-)
+@pytest.mark.parametrize("op", OP_NAMES)
 def test_opcheck_triton(op, device):
     torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_triton").default, _args(device)[op])
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 
 import torch
+from cpkv_runtime import OP_NAMES
 
 from . import _jit
 
-OPS = ("build_inverse", "materialize", "fill_current", "remap_locs", "current_page_mask")
 _LOCK = threading.Lock()
 _READY = False
 
@@ -33,7 +33,7 @@ def load() -> _jit.BuildResult:
     result = _jit.load()
     with _LOCK:
         if not _READY:
-            for op in OPS:
+            for op in OP_NAMES:
                 torch.library.register_fake(f"cpkv::{op}_cuda")(_fake)
             _READY = True
     return result
