@@ -147,29 +147,24 @@ def setup_current_page_mask(ops, bsz: int, max_pages: int) -> Setup:
 
 
 def cases(quick: bool) -> list[tuple[str, str, dict[str, object], Callable]]:
-    mibs = (8, 64, 256) if quick else (8, 64, 256, 1024)
-    toks = (16384, 131072) if quick else (16384, 65536, 262144, 1048576)
-    out = []
-    for row in ROWS:
-        out += [
-            (
-                "materialize",
-                f"{row} dense={m}MiB",
-                {"row": row},
-                lambda o, r=row, m=m: setup_materialize(o, r, m),
-            )
-            for m in mibs
-        ]
-    for row in ROWS:
-        out += [
-            (
-                "fill_current",
-                f"{row} T={t}",
-                {"row": row},
-                lambda o, r=row, t=t: setup_fill_current(o, r, t),
-            )
-            for t in toks
-        ]
+    per_row = {  # op: (case label, setup, sizes) for every row format
+        "materialize": (
+            "dense={}MiB",
+            setup_materialize,
+            (8, 64, 256) if quick else (8, 64, 256, 1024),
+        ),
+        "fill_current": (
+            "T={}",
+            setup_fill_current,
+            (16384, 131072) if quick else (16384, 65536, 262144, 1048576),
+        ),
+    }
+    out = [
+        (op, f"{row} {label.format(n)}", {"row": row}, lambda o, f=setup, r=row, n=n: f(o, r, n))
+        for op, (label, setup, sizes) in per_row.items()
+        for row in ROWS
+        for n in sizes
+    ]
     out += [
         ("remap_locs", "[16384,2048] int32 B=8", {}, lambda o: setup_remap_locs(o, 16384, 2048)),
         ("remap_locs", "[65536] int32 B=8", {}, lambda o: setup_remap_locs(o, 65536, 1)),

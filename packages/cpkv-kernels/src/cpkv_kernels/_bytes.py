@@ -73,6 +73,14 @@ def vec_words(width: int, *values: int) -> int:
     return vec
 
 
+def copy_words(row_bytes: int, *views: ByteRows) -> tuple[int, int]:
+    """``(width, vec)`` for copying rows of ``row_bytes`` between ``views``: the widest word that
+    divides the row width and every view's stride and address, and the words per aligned group."""
+    sizes = (row_bytes, *(v.stride for v in views), *(v.addr for v in views))
+    width = word_width(*sizes)
+    return width, vec_words(width, *sizes)
+
+
 def as_words(rows: ByteRows, width: int) -> torch.Tensor:
     """``rows.raw`` reinterpreted as words of ``width`` bytes: ``(n, row_bytes // width)``."""
     return rows.raw if width == 1 else rows.raw.view(_DTYPES[width])

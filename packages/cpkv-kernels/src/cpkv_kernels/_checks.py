@@ -7,12 +7,15 @@ to ``cpkv_runtime``'s validation; the kernels skip out-of-range entries instead 
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import torch
 
 from .errors import KernelInputError
 
 # Any integer dtype is accepted (the runtime allows them); the wrappers widen narrow ones.
 _INDEX = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
+_PAGES = range(2, 64)  # (n, P, *row): two dims or more (built once: these checks run per call)
 
 
 def _dtype(t: torch.Tensor, name: str, allowed: tuple[torch.dtype, ...]) -> None:
@@ -24,7 +27,7 @@ def _dtype(t: torch.Tensor, name: str, allowed: tuple[torch.dtype, ...]) -> None
         )
 
 
-def _ndim(t: torch.Tensor, name: str, dims: tuple[int, ...], shape: str) -> None:
+def _ndim(t: torch.Tensor, name: str, dims: Container[int], shape: str) -> None:
     if t.dim() not in dims:
         raise KernelInputError(f"{name} must be {shape}, got shape {tuple(t.shape)}")
 
@@ -60,7 +63,7 @@ def check_build_inverse(slot_table: torch.Tensor, req_pages: torch.Tensor, num_p
 def check_materialize(
     kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor | None
 ) -> None:
-    _ndim(kv_pool, "kv_pool", tuple(range(2, 64)), "(num_pages, P, *row)")
+    _ndim(kv_pool, "kv_pool", _PAGES, "(num_pages, P, *row)")
     _ndim(slot_page, "slot_page", (1,), "(S,)")
     _dtype(slot_page, "slot_page", _INDEX)
     _same_device(kv_pool, "kv_pool", slot_page=slot_page)
@@ -82,7 +85,7 @@ def check_fill_current(
     inverse: torch.Tensor,
     page_size: int,
 ) -> None:
-    _ndim(dense, "dense", tuple(range(2, 64)), "(S, P, *row)")
+    _ndim(dense, "dense", _PAGES, "(S, P, *row)")
     if page_size <= 0 or dense.shape[1] != page_size:
         raise KernelInputError(
             f"dense must be (S, page_size={page_size}, *row), got shape {tuple(dense.shape)}"

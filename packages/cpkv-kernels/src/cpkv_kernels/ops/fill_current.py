@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._bytes import as_words, byte_rows, vec_words, word_width
+from .._bytes import as_words, byte_rows, copy_words
 from ._launch import tile_2d, tile_budget
 
 
@@ -79,9 +79,7 @@ def fill_current_triton(
     row_bytes = rows_in.row_bytes
     if num_tokens == 0 or row_bytes == 0 or dense.shape[0] == 0:
         return
-    sizes = (row_bytes, pages.stride, rows_in.stride, pages.addr, rows_in.addr)
-    width = word_width(*sizes)
-    vec = vec_words(width, *sizes)
+    width, vec = copy_words(row_bytes, pages, rows_in)
     row_words = row_bytes // width
     rows, cols = tile_2d(num_tokens, row_words, tile_budget(dense))
     grid = (triton.cdiv(num_tokens, rows), triton.cdiv(row_words, cols))

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._bytes import as_words, byte_rows, vec_words, word_width
+from .._bytes import as_words, byte_rows, copy_words
 from ._launch import tile_2d, tile_budget
 
 
@@ -56,9 +56,7 @@ def materialize_triton(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torc
     pool, dense = byte_rows(kv_pool, "kv_pool"), byte_rows(out, "out")
     if num_slots == 0 or pool.row_bytes == 0:
         return
-    sizes = (pool.row_bytes, pool.stride, dense.stride, pool.addr, dense.addr)
-    width = word_width(*sizes)
-    vec = vec_words(width, *sizes)
+    width, vec = copy_words(pool.row_bytes, pool, dense)
     page_words = pool.row_bytes // width
     rows, cols = tile_2d(num_slots, page_words, tile_budget(out))
     grid = (triton.cdiv(num_slots, rows), triton.cdiv(page_words, cols))
