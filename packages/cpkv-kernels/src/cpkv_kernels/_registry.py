@@ -34,18 +34,18 @@ def _interpret() -> bool:
 
 def triton_backend() -> Backend:
     """The Triton kernels: CUDA tensors, plus CPU tensors under ``TRITON_INTERPRET=1``."""
-    try:
-        from . import ops  # noqa: F401 - registers the cpkv::<op>_triton custom ops
-    except ImportError as exc:
-        return Backend("triton", available=False, reason=f"triton is not importable: {exc}")
     devices = frozenset({"cuda", "cpu"} if _interpret() else {"cuda"})
-    if not (torch.cuda.is_available() or _interpret()):
+    if not (torch.cuda.is_available() or _interpret()):  # before importing triton (~1 s)
         return Backend(
             "triton",
             available=False,
             reason="no CUDA device; set TRITON_INTERPRET=1 (before import) to run Triton on CPU",
             devices=devices,
         )
+    try:
+        from . import ops  # noqa: F401 - registers the cpkv::<op>_triton custom ops
+    except ImportError as exc:
+        return Backend("triton", available=False, reason=f"triton is not importable: {exc}")
     return Backend("triton", ops=make_ops("triton"), devices=devices)
 
 
