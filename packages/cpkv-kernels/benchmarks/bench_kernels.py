@@ -141,7 +141,7 @@ def table(rows: list[Row], mode: str, copy_tbps: float, markdown: bool) -> str:
 
 
 def goals(rows: list[Row], copy_tbps: float) -> dict[str, object]:
-    """Where each op stands against the issue's goals."""
+    """Where each op stands against its performance goal."""
     bw = {
         f"{r.op} {r.case} {r.provider} {r.mode}": round(r.tbps / copy_tbps, 3)
         for r in rows
