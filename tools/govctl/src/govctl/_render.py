@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from govctl._links import LINK_RE
 from govctl._load import WorkFile
+from govctl._mentions import link_matches
 
 _BOX = {"done": "[x]", "cancelled": "[-]", "pending": "[ ]"}
 
@@ -75,8 +75,16 @@ def show_text(wf: WorkFile) -> str:
 
 
 def _links(text: str) -> str:
-    """[[WI-...]] -> [WI-...](WI-....md): rendered items sit side by side, one file per ID."""
-    return LINK_RE.sub(lambda m: f"[{m.group(1)}]({m.group(1).split(':')[0]}.md)", text)
+    """[[WI-...]] -> [WI-...](WI-....md): rendered items sit side by side, one file per ID.
+
+    Links written inside code, and placeholders such as [[RFC-NNNN]], stay as written.
+    """
+    out, last = [], 0
+    for m in link_matches(text):
+        ref = m.group(1)
+        out += [text[last : m.start()], f"[{ref}]({ref.split(':')[0]}.md)"]
+        last = m.end()
+    return "".join([*out, text[last:]])
 
 
 def render_markdown(wf: WorkFile) -> str:
