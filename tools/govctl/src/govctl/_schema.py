@@ -69,8 +69,15 @@ class Schema:
         # One diagnostic per problem: a value of the wrong type also fails its enum/pattern/...
         typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
         errors = [e for e in errors if e.validator == "type" or tuple(e.absolute_path) not in typed]
+        # jsonschema raises one `required` error per missing key, each carrying the whole
+        # list: keep one per table, which then reports every missing key once
+        tables: set[tuple[str | int, ...]] = set()
         out: list[Diagnostic] = []
         for e in errors:
+            if e.validator == "required":
+                if tuple(e.absolute_path) in tables:
+                    continue
+                tables.add(tuple(e.absolute_path))
             out.extend(_to_diagnostics(e, wf))
         return out
 
