@@ -61,6 +61,20 @@ def find_root(start: Path) -> Path:
     return start
 
 
+def require_root(start: Path) -> Path:
+    """`find_root(start)`, which must hold gov/config.toml: authoring needs a repository.
+
+    Without this, `work new` run anywhere would create ./gov/work there.
+    """
+    root = find_root(start)
+    if not (root / "gov" / "config.toml").is_file():
+        raise UsageError(
+            f"no gov/config.toml in {start.resolve()} or above: run govctl work inside a "
+            "repository (create gov/config.toml at its root to start one)"
+        )
+    return root
+
+
 def load_config(root: Path) -> Config:
     """Read root/gov/config.toml (defaults when absent); UsageError on a bad file."""
     path = root / "gov" / "config.toml"

@@ -66,7 +66,9 @@ def show_text(wf: WorkFile) -> str:
         ]
     journal = content.get("journal", [])
     if journal:
-        out += ["", f"  journal ({len(journal)} entries, latest first):"]
+        n = len(journal)
+        shown = "newest first" if n <= 3 else "the last 3, newest first"
+        out += ["", f"  journal ({n} {'entry' if n == 1 else 'entries'}; {shown}):"]
         for e in reversed(journal[-3:]):
             scope = f" [{e['scope']}]" if e.get("scope") else ""
             first = str(e.get("content", "")).strip().splitlines()[:1]
