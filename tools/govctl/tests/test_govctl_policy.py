@@ -163,3 +163,14 @@ def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, names: str) -> N
     (tmp_path / "gov" / "config.toml").write_text(text)
     with pytest.raises(UsageError, match=names.replace("[", r"\[")):
         load_config(tmp_path)
+
+
+def test_guard_pattern_is_the_schemas() -> None:
+    """E019/E024 skip exactly the guards the schema's E009 reports."""
+    import json
+
+    from _govctl_support import BUNDLED_SCHEMA
+    from govctl._policy import GUARD_RE
+
+    schema = json.loads(BUNDLED_SCHEMA.read_text())
+    assert schema["definitions"]["guard"]["pattern"] == f"^{GUARD_RE.pattern}$"
