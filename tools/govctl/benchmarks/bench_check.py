@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "gov" / "schema" / "work.schema.json"
 GOAL_S = 0.5
 # fmt: off
+# everything from this line on in govctl.md is kept as it is when the file is re-rendered
+KEEP_MARK = "<!-- kept on re-render: sections below are not written by bench_check.py -->"
 WORDS = (
     "kernel", "cache", "page", "remap", "inverse", "prefill", "decode", "rank", "token", "layout",
     "index", "fp8", "packing", "backend", "warmup", "scheduler", "request", "batch", "prefix",
@@ -65,7 +67,9 @@ def generate(n: int, root: Path, seed: int = 0) -> list[Path]:
     work.mkdir(parents=True)
     (root / "gov" / "schema").mkdir()
     shutil.copy(SCHEMA, root / "gov" / "schema" / "work.schema.json")
-    (root / "gov" / "config.toml").write_text('[work_item]\nid_strategy = "random"\n')
+    (root / "gov" / "config.toml").write_text(
+        f'[work_item]\nid_strategy = "random"\n\n[tags]\nallowed = [{", ".join(map(_q, WORDS))}]\n'
+    )
     day0, ids, paths, statuses = dt.date(2026, 1, 5), [], [], []
     for i in range(n):
         created = day0 + dt.timedelta(days=i * 300 // n)
@@ -298,6 +302,9 @@ def _markdown(
         f"Goal < {GOAL_S} s wall: {'met' if g['p50'] < GOAL_S else 'NOT met'} in this run; "
         f"CPU time {g['cpu_p50']:.3f} s {'<' if g['cpu_p50'] < GOAL_S else '>='} {GOAL_S} s.",
     ]
+    # sections another script owns (e.g. scripts/check_upstream.py's record) survive a re-render
+    kept = path.read_text().partition(KEEP_MARK) if path.is_file() else ("", "", "")
+    tail = f"\n{kept[1]}{kept[2]}" if kept[1] else ""
     load0 = ", ".join(f"{x:.1f}" for x in meta["loadavg_start"])
     load1 = ", ".join(f"{x:.1f}" for x in meta["loadavg_end"])
     path.write_text(f"""# govctl check: speed
@@ -326,7 +333,7 @@ does not, so it is the better number to compare across runs.
 - data: `govctl.json` (one row per provider and size); plot: `govctl.png`
 
 ![govctl check vs check-jsonschema](govctl.png)
-""")
+{tail}""")
 
 
 if __name__ == "__main__":

@@ -52,10 +52,13 @@ def run_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def gov_repo(tmp_path: Path) -> Path:
-    """A scratch repository root: gov/config.toml (sequential IDs), gov/schema, empty gov/work."""
+    """A scratch repository root: gov/config.toml (sequential IDs, the tags the tests use),
+    gov/schema, empty gov/work."""
     root = tmp_path / "repo"
     (root / "gov" / "work").mkdir(parents=True)
     (root / "gov" / "schema").mkdir()
     shutil.copy(BUNDLED_SCHEMA, root / "gov" / "schema" / "work.schema.json")
-    (root / "gov" / "config.toml").write_text('[work_item]\nid_strategy = "sequential"\n')
+    (root / "gov" / "config.toml").write_text(
+        '[work_item]\nid_strategy = "sequential"\n\n[tags]\nallowed = ["jit", "runtime", "cp"]\n'
+    )
     return root

@@ -3,7 +3,8 @@
 A negative case is a .toml file or a directory of them (cross-file rules). Each expected
 diagnostic is marked on its line with a trailing `# <- CODE` comment (several: `# <- E023,
 E023`); the run must report exactly the marked (file, code, line) triples, no more, no fewer.
-A positive case that holds gov/config.toml is a whole repository, checked from its root.
+A case (positive or negative) that holds gov/config.toml is a whole repository, checked from
+its root: rules that read the repository's policy (tag vocabulary, guards) need one.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def expected(case: Path) -> Counter[tuple[str, str, int]]:
     return out
 
 
+def _is_repo(case: Path) -> bool:
+    return (case / "gov" / "config.toml").is_file()
+
+
 def _id(case: Path) -> str:
     return case.relative_to(FIXTURES).as_posix()
 
@@ -57,7 +62,10 @@ def test_negative_fixture_reports_exactly_its_marks(case: Path, run_line) -> Non
     code_dir = case.relative_to(FIXTURES / "negative").parts[0]
     assert want, f"{case} has no `# <- CODE` marker"
     assert code_dir in {code for _, code, _ in want}, f"{case} does not exercise {code_dir}"
-    r = run_line(["check", "--format", "json", case])
+    if _is_repo(case):
+        r = run_line(["check", "--format", "json"], cwd=case)
+    else:
+        r = run_line(["check", "--format", "json", case])
     got = Counter(
         (Path(d["file"]).name, d["code"], d["line"]) for d in json.loads(r.stdout)["diagnostics"]
     )
@@ -65,12 +73,13 @@ def test_negative_fixture_reports_exactly_its_marks(case: Path, run_line) -> Non
     has_error = any(CODES[code][0] == "error" for _, code, _ in want)
     assert r.exit_code == (1 if has_error else 0)
     if not has_error:  # warnings only: -W turns them into a failure
-        assert run_line(["check", "-W", case]).exit_code == 1
+        args, cwd = (["check", "-W"], case) if _is_repo(case) else (["check", "-W", case], None)
+        assert run_line(args, cwd=cwd).exit_code == 1
 
 
 @pytest.mark.parametrize("case", POSITIVE, ids=_id)
 def test_positive_fixture_is_clean(case: Path, run_line) -> None:
-    if (case / "gov" / "config.toml").is_file():  # a repository: `govctl check` at its root
+    if _is_repo(case):  # `govctl check` at its root
         r = run_line(["check", "-W", "--format", "json"], cwd=case)
         n_files = len(list((case / "gov" / "work").glob("*.toml")))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,26 @@ from typing import Any
 import jsonschema
 import pytest
 from _govctl_support import BUNDLED_SCHEMA, FIXTURES, MAX_EXAMPLES, REPO_SCHEMA
-from govctl._compile import compile_schema
+from govctl._compile import compile_schema, ecma_regex
 from govctl._rules import ID_PATTERN, REF_PATTERN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SCHEMA = json.loads(BUNDLED_SCHEMA.read_text())
-ORACLE = jsonschema.Draft7Validator(
+
+
+def _anchored_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """`pattern` as the schema's ECMA-262 dialect reads our `^...$` patterns: the whole string.
+
+    jsonschema's own `pattern` uses Python's `re.search`, whose `$` also matches before a final
+    newline ("ADR-0001\\n" would pass); every pattern of ours is anchored at both ends
+    (`test_schema_patterns_are_anchored`), so a full match of the inside is the ECMA reading.
+    """
+    if validator.is_type(instance, "string") and not re.fullmatch(pattern[1:-1], instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+ORACLE = jsonschema.validators.extend(jsonschema.Draft7Validator, {"pattern": _anchored_pattern})(
     SCHEMA, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
 )
 FAST = compile_schema(SCHEMA)
@@ -40,6 +54,44 @@ def test_code_patterns_are_the_schema_patterns() -> None:
     """E017/E021 read IDs and refs with the same patterns the schema's E009 uses."""
     assert SCHEMA["definitions"]["work_id"]["pattern"] == f"^{ID_PATTERN}$"
     assert SCHEMA["definitions"]["ref"]["pattern"] == f"^(?:{REF_PATTERN})$"
+
+
+def _patterns(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return own + [p for v in node.values() for p in _patterns(v)]
+    return [p for v in node for p in _patterns(v)] if isinstance(node, list) else []
+
+
+def test_schema_patterns_are_anchored() -> None:
+    assert _patterns(SCHEMA) and all(
+        p.startswith("^") and p.endswith("$") for p in _patterns(SCHEMA)
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    [
+        (r"^ADR-\d{4}$", "ADR-0001", True),
+        (r"^ADR-\d{4}$", "ADR-0001\n", False),  # Python's own `$` would match here
+        (r"^GUARD-[A-Z][A-Z0-9-]*$", "GUARD-X\n", False),
+        (r"^a$|^b$", "b\n", False),
+        (r"^a[$]$", "a$", True),  # `$` in a class is a dollar sign
+        (r"^a\$$", "a$", True),  # so is an escaped one
+        (r"^a\\$", "a\\", True),  # an escaped backslash, then the end
+        (r"x", "ax\n", True),  # unanchored: search
+    ],
+)
+def test_ecma_regex_dollar_is_the_end(pattern: str, text: str, matches: bool) -> None:
+    assert (ecma_regex(pattern).search(text) is not None) is matches
+
+
+def test_trailing_newline_fails_the_pattern(gov_repo: Path, run_line) -> None:
+    good = (FIXTURES / "positive/2026-08-09-queue-minimal.toml").read_text()
+    bad = good.replace("[content]", 'refs = ["WI-2026-08-09-001\\n"]\n\n[content]', 1)
+    (gov_repo / "gov/work/2026-08-09-x.toml").write_text(bad)
+    r = run_line(["check", "--format", "json"], cwd=gov_repo)
+    assert [d["code"] for d in json.loads(r.stdout)["diagnostics"]] == ["E009"]
 
 
 def test_schema_is_valid_draft07_and_closed() -> None:
@@ -99,6 +151,9 @@ LEAVES = st.one_of(
             "runtime",
             "Runtime",
             "GUARD-X",
+            "GUARD-X\n",  # `$` is the end of the string: these fail their patterns
+            "ADR-0001\n",
+            "runtime\n",
             "x",
         ]
     ),
@@ -204,15 +259,21 @@ def test_check_without_a_compilable_schema_still_reports(gov_repo: Path, run_lin
 @given(st.lists(mutated_docs(), min_size=1, max_size=3))
 def test_rules_never_raise_on_malformed_documents(docs: list[Any]) -> None:
     """Every rule reads defensively: any document shape yields diagnostics, never an exception."""
+    from govctl._config import Config
     from govctl._links import Artifacts, cross_file
     from govctl._load import WorkFile
+    from govctl._policy import rule_guards_exist, rule_tags, rule_waivers
     from govctl._rules import RULES
     from govctl._schema import load_schema
 
     schema = load_schema(BUNDLED_SCHEMA)
+    cfg = Config(Path("."), tags_allowed=frozenset({"runtime"}), default_guards=("GUARD-X",))
     files = [WorkFile(Path(f"2026-08-0{i}-x.toml"), f"f{i}", "", doc) for i, doc in enumerate(docs)]
     for wf in files:
         schema.check(wf)
         for rule in RULES:
             list(rule(wf))
+        list(rule_tags(wf, cfg))
+        list(rule_waivers(wf, cfg))
+        list(rule_guards_exist(wf, Artifacts(None)))
     cross_file(files, [], Artifacts(None))

@@ -280,3 +280,82 @@ def test_single_file_resolves_refs_against_the_rest_of_gov_work(
     new("Dependent", "--depends-on", ID)
     dependent = gov_repo / "gov/work/2026-11-29-dependent.toml"
     assert govctl("check", "-W", dependent).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("criterion", "says", "lists_prefixes"),
+    [
+        ("nonsense", "no prefix", True),  # used to become category "added" silently
+        ("Cache key: has the torch version", "no prefix", True),  # a phrase is not a prefix
+        ("bogus: text", "unknown prefix 'bogus'", True),
+        ("fix:   ", "no text after the prefix", False),
+    ],
+)
+def test_criterion_needs_a_known_prefix(
+    govctl, new, gov_repo: Path, criterion, says, lists_prefixes
+) -> None:
+    r = new("X", "-c", criterion)
+    assert r.exit_code == 2
+    assert says in r.stderr
+    assert ("one of add, added, feat" in r.stderr) is lists_prefixes
+    assert list((gov_repo / "gov/work").iterdir()) == []
+
+
+def test_add_criterion_needs_a_known_prefix(govctl, item: Path) -> None:
+    before = item.read_bytes()
+    r = govctl("work", "add", ID, "acceptance_criteria", "nonsense")
+    assert (r.exit_code, "no prefix" in r.stderr) == (2, True)
+    assert item.read_bytes() == before
+
+
+def test_work_outside_a_repository_is_refused(run_line, tmp_path: Path) -> None:
+    lone = tmp_path / "not-a-repo"
+    lone.mkdir()
+    r = run_line(["work", "new", "Anything", "-d", "Real."], cwd=lone)
+    assert r.exit_code == 2
+    assert "no gov/config.toml" in r.stderr
+    assert list(lone.iterdir()) == []  # no ./gov/work made here
+
+
+def test_move_refuses_an_item_that_already_fails_check(govctl, item: Path) -> None:
+    text = item.read_text()
+    item.write_text(
+        text.replace('created = "2026-11-29"', 'created = "2026-11-29"\nrefs = ["ADR-0404"]')
+    )
+    before = item.read_bytes()
+    r = govctl("work", "move", ID, "active", "--date", "2026-11-30")
+    assert r.exit_code == 1
+    assert "has errors; fix them before moving it" in r.stderr and "E021" in r.stderr
+    assert item.read_bytes() == before
+    # repairs stay possible: tick still writes (the error was there before)
+    assert govctl("work", "tick", ID, "tests pass").exit_code == 0
+
+
+def test_one_pending_criterion_is_singular(govctl, item: Path) -> None:
+    assert govctl("work", "tick", ID, "tests pass").exit_code == 0
+    assert govctl("work", "move", ID, "active", "--date", "2026-11-30").exit_code == 0
+    r = govctl("work", "move", ID, "done", "--date", "2026-12-01")
+    assert (r.exit_code, "1 criterion still pending" in r.stderr) == (1, True)
+
+
+@pytest.mark.parametrize(
+    ("entries", "header", "shown"),
+    [
+        (1, "  journal (1 entry; newest first):", ["2026-11-29"]),
+        (3, "  journal (3 entries; newest first):", ["2026-12-01", "2026-11-30", "2026-11-29"]),
+        (
+            4,
+            "  journal (4 entries; the last 3, newest first):",
+            ["2026-12-02", "2026-12-01", "2026-11-30"],
+        ),
+    ],
+)
+def test_show_says_how_many_journal_entries_it_lists(
+    govctl, item: Path, entries: int, header: str, shown: list[str]
+) -> None:
+    for day in range(entries):
+        date = f"2026-{11 + (29 + day > 30)}-{(29 + day - 1) % 30 + 1:02d}"
+        assert govctl("work", "journal", "add", ID, f"entry {day}", "--date", date).exit_code == 0
+    lines = govctl("work", "show", ID).stdout.splitlines()
+    at = lines.index(header)
+    assert [line.split()[0] for line in lines[at + 1 :]] == shown

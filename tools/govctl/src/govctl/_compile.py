@@ -53,6 +53,29 @@ _TYPES: dict[str, Predicate] = {
 _DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
+def ecma_regex(pattern: str) -> re.Pattern[str]:
+    """A schema `pattern` compiled with ECMA-262's `$`: the end of the string, nothing else.
+
+    Python's `$` also matches before a final newline, so `re.search("^ADR-\\d{4}$", "ADR-0001\\n")`
+    succeeds; in the schema's own dialect (and in upstream govctl's validator) it fails. Each
+    unescaped `$` outside a character class becomes `\\Z`.
+    """
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class:
+            in_class = False
+        out.append("\\Z" if c == "$" and not in_class else c)
+        i += 1
+    return re.compile("".join(out))
+
+
 class Unsupported(Exception):
     """The schema uses something this compiler does not implement."""
 
@@ -114,7 +137,7 @@ class _Compiler:
         if "const" in s:
             checks.append(_const(s["const"]))
         if "pattern" in s:
-            search = re.compile(s["pattern"]).search
+            search = ecma_regex(s["pattern"]).search
             checks.append(lambda x: type(x) is not str or search(x) is not None)
         if "format" in s:
             if s["format"] != "date":

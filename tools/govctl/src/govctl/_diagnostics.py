@@ -15,7 +15,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E006": ("error", "value has the wrong type"),
     "E007": ("error", "value not allowed (enum/const)"),
     "E008": ("error", 'not a valid calendar date "YYYY-MM-DD"'),
-    "E009": ("error", "ID, ref or tag does not match its pattern"),
+    "E009": ("error", "ID, ref, guard or tag does not match its pattern"),
     "E010": ("error", "other schema constraint (empty string, repeated list item)"),
     "E011": (
         "error",
@@ -27,13 +27,17 @@ CODES: dict[str, tuple[str, str]] = {
     "E015": ("error", "status done with a criterion still pending"),
     "E016": ("error", "journal date outside created..completed"),
     "E017": ("error", "file name does not start with the ID's date (YYYY-MM-DD-slug.toml)"),
+    "E018": ("error", "tag not in gov/config.toml [tags] allowed (no list there: no tag allowed)"),
+    "E019": ("error", "waiver for a guard the item does not require"),
     "E020": ("error", "duplicate work item ID"),
     "E021": ("error", "refs/depends_on entry does not resolve"),
     "E022": ("error", "[[ID]] link in text does not resolve"),
     "E023": ("error", "depends_on cycle (one diagnostic per elementary cycle)"),
+    "E024": ("error", "required or waived guard is not defined in gov/guard/"),
     "W001": ("warning", "placeholder description"),
     "W002": ("warning", "first line is not the `#:schema ../schema/work.schema.json` directive"),
     "W003": ("warning", "done item depends on an item that is not done"),
+    "W004": ("warning", "unfinished item mentions an existing artifact ID without [[...]]"),
 }
 
 

@@ -10,6 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from govctl.errors import UsageError
+
 # "prefix: text" -> category, as upstream parses `work add ID acceptance_criteria "fix: ..."`
 CATEGORY_PREFIXES = {
     **dict.fromkeys(("add", "added", "feat", "feature"), "added"),
@@ -46,11 +48,21 @@ def toml_ml_str(s: str) -> str:
 
 
 def parse_criterion(text: str) -> tuple[str, str]:
-    """`"fix: handle B=1"` -> ("handle B=1", "fixed"); no known prefix -> ("...", "added")."""
+    """`"fix: handle B=1"` -> ("handle B=1", "fixed").
+
+    The category prefix is required: a criterion without one used to become "added" silently,
+    which is right for few of them. UsageError for a missing or unknown prefix, or no text.
+    """
     head, sep, rest = text.partition(":")
     category = CATEGORY_PREFIXES.get(head.strip().lower()) if sep else None
     if category is None:
-        return text.strip(), "added"
+        why = f"unknown prefix {head.strip()!r}" if sep and " " not in head.strip() else "no prefix"
+        raise UsageError(
+            f"criterion {text!r}: {why}; write 'PREFIX: text' with PREFIX one of "
+            f"{', '.join(CATEGORY_PREFIXES)} (e.g. 'fix: {rest.strip() if sep else text.strip()}')"
+        )
+    if not rest.strip():
+        raise UsageError(f"criterion {text!r}: no text after the prefix")
     return rest.strip(), category
 
 

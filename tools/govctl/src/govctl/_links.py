@@ -9,7 +9,7 @@ its clauses/C-NAME.toml) and gov/adr/ADR-NNNN*.toml.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,15 @@ from typing import Any
 from govctl._diagnostics import Diagnostic, diag
 from govctl._graph import elementary_cycles
 from govctl._load import WorkFile
+from govctl._mentions import bare_mentions, line_of_match, link_matches, texts
 from govctl._rules import REF_PATTERN
 
-LINK_RE = re.compile(r"\[\[((?:RFC|ADR|WI)-[A-Za-z0-9:-]+)\]\]")
 # refs the schema accepts; a malformed one is the schema's E009, not also a dangling E021
 REF_RE = re.compile(REF_PATTERN)
 
 
 class Artifacts:
-    """RFC/ADR IDs on disk under a gov/ directory, scanned only when a ref needs them."""
+    """RFC/ADR/guard IDs on disk under a gov/ directory, scanned only when a ref needs them."""
 
     def __init__(self, gov: Path | None) -> None:
         self.gov = gov
@@ -44,6 +44,24 @@ class Artifacts:
             return set()
         return {m.group(0) for p in d.glob("*.toml") if (m := re.match(r"ADR-\d{4}", p.name))}
 
+    @cached_property
+    def guards(self) -> set[str]:
+        """`[govctl] id` of each gov/guard/*.toml; a file that does not parse defines none."""
+        d = self.gov / "guard" if self.gov else None
+        if d is None or not d.is_dir():
+            return set()
+        import tomllib
+
+        ids: set[str] = set()
+        for p in d.glob("*.toml"):
+            try:
+                meta = tomllib.loads(p.read_text(encoding="utf-8")).get("govctl")
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if isinstance(meta, dict) and isinstance(meta.get("id"), str):
+                ids.add(meta["id"])
+        return ids
+
     def exists(self, ref: str) -> bool:
         if ref.startswith("ADR-"):
             return ref in self.adrs
@@ -54,19 +72,6 @@ class Artifacts:
 
 def _strings(v: Any) -> list[str]:
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
-
-
-def _texts(wf: WorkFile) -> Iterator[str]:
-    """Every free-text field that may carry [[ID]] links."""
-    for v in (wf.get("govctl", "title"), wf.get("content", "description")):
-        if isinstance(v, str):
-            yield v
-    yield from _strings(wf.get("content", "notes"))
-    for key, field in (("journal", "content"), ("acceptance_criteria", "text")):
-        entries = wf.get("content", key)
-        for e in entries if isinstance(entries, list) else ():
-            if isinstance(e, dict) and isinstance(e.get(field), str):
-                yield e[field]
 
 
 def cross_file(
@@ -94,15 +99,9 @@ def cross_file(
                     what = "work item" if ref.startswith("WI-") else "known artifact"
                     msg = f"{key}: '{ref}' does not resolve to a {what}"
                     out.append(wf.diag("E021", msg, "govctl", key))
-        seen: set[str] = set()
-        for text in _texts(wf):
-            if "[[" not in text:
-                continue
-            for ref in LINK_RE.findall(text):
-                if ref not in seen and not resolves(ref):
-                    seen.add(ref)
-                    line = wf.text.count("\n", 0, max(wf.text.find(f"[[{ref}]]"), 0)) + 1
-                    out.append(diag("E022", f"link [[{ref}]] does not resolve", wf.shown, line))
+        out.extend(_dangling_links(wf, resolves))
+        if wf.get("govctl", "status") != "done":
+            out.extend(_bare_mentions(wf, resolves))
         if wf.get("govctl", "status") == "done":
             for dep in _strings(wf.get("govctl", "depends_on")):
                 other = by_id.get(dep)
@@ -112,6 +111,31 @@ def cross_file(
                     out.append(wf.diag("W003", msg, "govctl", "depends_on"))
     out.extend(_cycles(by_id, is_checked))
     return out
+
+
+def _dangling_links(wf: WorkFile, resolves: Callable[[str], bool]) -> Iterator[Diagnostic]:
+    """E022 once per link target that does not resolve, at its first place."""
+    seen: set[str] = set()
+    for text, path in texts(wf):
+        for m in link_matches(text):
+            ref = m.group(1)
+            if ref not in seen and not resolves(ref):
+                seen.add(ref)
+                line = line_of_match(wf, path, text, m)
+                yield diag("E022", f"link [[{ref}]] does not resolve", wf.shown, line)
+
+
+def _bare_mentions(wf: WorkFile, resolves: Callable[[str], bool]) -> Iterator[Diagnostic]:
+    """W004 once per existing artifact an unfinished item names without [[...]]."""
+    seen: set[str] = set()
+    for text, path in texts(wf, prose_only=True):
+        for m in bare_mentions(text):
+            ref = m.group(1)
+            if ref not in seen and resolves(ref):
+                seen.add(ref)
+                line = line_of_match(wf, path, text, m)
+                msg = f"mentions {ref} without link syntax; write [[{ref}]]"
+                yield diag("W004", msg, wf.shown, line)
 
 
 def _duplicates(item_id: str, files: list[WorkFile], is_checked: set[int]) -> Iterator[Diagnostic]:

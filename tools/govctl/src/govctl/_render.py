@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from govctl._links import LINK_RE
 from govctl._load import WorkFile
+from govctl._mentions import link_matches
 
 _BOX = {"done": "[x]", "cancelled": "[-]", "pending": "[ ]"}
 
@@ -66,7 +66,9 @@ def show_text(wf: WorkFile) -> str:
         ]
     journal = content.get("journal", [])
     if journal:
-        out += ["", f"  journal ({len(journal)} entries, latest first):"]
+        n = len(journal)
+        shown = "newest first" if n <= 3 else "the last 3, newest first"
+        out += ["", f"  journal ({n} {'entry' if n == 1 else 'entries'}; {shown}):"]
         for e in reversed(journal[-3:]):
             scope = f" [{e['scope']}]" if e.get("scope") else ""
             first = str(e.get("content", "")).strip().splitlines()[:1]
@@ -75,8 +77,16 @@ def show_text(wf: WorkFile) -> str:
 
 
 def _links(text: str) -> str:
-    """[[WI-...]] -> [WI-...](WI-....md): rendered items sit side by side, one file per ID."""
-    return LINK_RE.sub(lambda m: f"[{m.group(1)}]({m.group(1).split(':')[0]}.md)", text)
+    """[[WI-...]] -> [WI-...](WI-....md): rendered items sit side by side, one file per ID.
+
+    Links written inside code, and placeholders such as [[RFC-NNNN]], stay as written.
+    """
+    out, last = [], 0
+    for m in link_matches(text):
+        ref = m.group(1)
+        out += [text[last : m.start()], f"[{ref}]({ref.split(':')[0]}.md)"]
+        last = m.end()
+    return "".join([*out, text[last:]])
 
 
 def render_markdown(wf: WorkFile) -> str:

@@ -23,9 +23,16 @@ SCHEMA_LINE = "#:schema ../schema/work.schema.json"
 ID_PATTERN = r"WI-\d{4}-\d{2}-\d{2}-(?:[a-f0-9]{4}(?:-\d{3})?|\d{3})"
 REF_PATTERN = rf"RFC-\d{{4}}(?::C-[A-Z][A-Z0-9-]*)?|ADR-\d{{4}}|{ID_PATTERN}"
 ID_RE = re.compile(ID_PATTERN)
+_PLACEHOLDER_WORD = r"(?:todo|tbd|tbc|fixme|xxx|wip|placeholder|fill in later|n/?a)"
 PLACEHOLDER_RE = re.compile(
-    r"(?is)\s*(?:todo|tbd|tbc|fixme|xxx|wip|placeholder|n/?a|\.\.\.|…|-+|lorem ipsum.*"
+    rf"(?is)\s*(?:{_PLACEHOLDER_WORD}|\[\s*{_PLACEHOLDER_WORD}\s*\]|\.\.\.|…|-+|lorem ipsum.*"
     r"|todo:.*|describe (?:the|this) work.*|<[^>]*>)?\s*[.!]?\s*"
+)
+# the questions of upstream's template: a description that still holds all of them is one
+TEMPLATE_QUESTIONS = (
+    "describe the work to be done",
+    "what is the goal?",
+    "what are the acceptance",
 )
 # status -> (dates it needs, dates it must not have); upstream enforces this only in `move`.
 NEEDS = {
@@ -152,7 +159,9 @@ def rule_file_name(wf: WorkFile) -> Iterator[Diagnostic]:
 def rule_placeholder(wf: WorkFile) -> Iterator[Diagnostic]:
     """W001 the description is empty or template text."""
     d = wf.get("content", "description")
-    if isinstance(d, str) and PLACEHOLDER_RE.fullmatch(d):
+    if not isinstance(d, str):
+        return
+    if PLACEHOLDER_RE.fullmatch(d) or all(q in d.lower() for q in TEMPLATE_QUESTIONS):
         msg = f"placeholder description {d.strip()[:40]!r}; say what and why"
         yield wf.diag("W001", msg, "content", "description")
 

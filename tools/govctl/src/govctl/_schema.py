@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from govctl._compile import Predicate, compile_schema
+from govctl._compile import Predicate, compile_schema, ecma_regex
 from govctl._diagnostics import Diagnostic
 from govctl._load import WorkFile
 
@@ -21,7 +21,8 @@ _FRIENDLY_PATTERNS = {
     "id": "WI-YYYY-MM-DD-xxxx (4 hex digits), WI-YYYY-MM-DD-xxxx-NNN or WI-YYYY-MM-DD-NNN",
     "refs": "RFC-NNNN, RFC-NNNN:C-NAME, ADR-NNNN or a work item ID",
     "depends_on": "a work item ID (WI-YYYY-MM-DD-...)",
-    "tags": "lowercase letters, digits and dashes",
+    "required_guards": "GUARD-NAME (capital letters, digits and dashes)",
+    "guard": "GUARD-NAME (capital letters, digits and dashes)",
 }
 _CODE_OF = {
     "required": "E004",
@@ -48,28 +49,49 @@ class Schema:
         if self._validator is None:
             import jsonschema  # ~0.1 s; only reached when a document fails the fast predicate
 
-            cls = jsonschema.Draft7Validator
-            cls.check_schema(self.json)
-            self._validator = cls(self.json, format_checker=cls.FORMAT_CHECKER)
+            base = jsonschema.Draft7Validator
+            base.check_schema(self.json)
+            cls = jsonschema.validators.extend(base, {"pattern": _ecma_pattern})
+            self._validator = cls(self.json, format_checker=base.FORMAT_CHECKER)
         return self._validator
 
     def check(self, wf: WorkFile) -> list[Diagnostic]:
         """Schema diagnostics for one parsed file (none when it is valid)."""
         if self.fast is not None and self.fast(wf.doc):
             return []
-        # a value already reported as an unquoted date (E002) is not reported again
+        # a value already reported as an unquoted date (E002) is not reported again; a tag's
+        # pattern is `_policy.rule_tags`'s to check (upstream's, whatever this schema says)
         errors = [
             e
             for e in self.validator.iter_errors(wf.doc)
-            if tuple(e.absolute_path) not in wf.unquoted
+            if tuple(e.absolute_path) not in wf.unquoted and not _is_tag_pattern(e)
         ]
         # One diagnostic per problem: a value of the wrong type also fails its enum/pattern/...
         typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
         errors = [e for e in errors if e.validator == "type" or tuple(e.absolute_path) not in typed]
+        # jsonschema raises one `required` error per missing key, each carrying the whole
+        # list: keep one per table, which then reports every missing key once
+        tables: set[tuple[str | int, ...]] = set()
         out: list[Diagnostic] = []
         for e in errors:
+            if e.validator == "required":
+                if tuple(e.absolute_path) in tables:
+                    continue
+                tables.add(tuple(e.absolute_path))
             out.extend(_to_diagnostics(e, wf))
         return out
+
+
+def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """jsonschema's `pattern` keyword with `$` meaning the end of the string (`ecma_regex`)."""
+    if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
+        import jsonschema
+
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _is_tag_pattern(e: Any) -> bool:
+    return e.validator == "pattern" and tuple(e.absolute_path)[:2] == ("govctl", "tags")
 
 
 @cache

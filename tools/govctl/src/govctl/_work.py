@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from govctl._checker import Checker
 from govctl._config import Config
 from govctl._edit import (
     ADDABLE,
@@ -132,6 +133,14 @@ def move(cfg: Config, item_id: str, status: str, *, date: str | None = None) -> 
     """Transition the status (upstream state machine) and stamp started/completed."""
     date = check_date(date)
     wf = locate(cfg, item_id)
+    # a transition stamps dates and certifies criteria: on an item that is already wrong it
+    # would only move the error (tick/add/journal stay allowed, to repair it step by step)
+    broken = Checker([wf.path], root=cfg.root).run().errors
+    if broken:
+        listing = "\n".join(f"  {d}" for d in broken)
+        raise LifecycleError(
+            f"{item_id} has errors; fix them before moving it (govctl check):\n{listing}"
+        )
     current = wf.get("govctl", "status")
     if current == status:
         raise LifecycleError(f"{item_id} is already '{status}'")
@@ -151,9 +160,8 @@ def move(cfg: Config, item_id: str, status: str, *, date: str | None = None) -> 
             )
         if pending:
             raise LifecycleError(
-                f"{item_id}: {len(pending)} criteria still pending: "
-                + "; ".join(pending)
-                + f" (govctl work tick {item_id} PATTERN)"
+                f"{item_id}: {len(pending)} {'criterion' if len(pending) == 1 else 'criteria'} "
+                "still pending: " + "; ".join(pending) + f" (govctl work tick {item_id} PATTERN)"
             )
 
     def edit(doc: Any) -> None:

@@ -183,10 +183,10 @@ def run_check(pr: ParseResult, out: TextIO) -> int:
 
 def run_work(pr: ParseResult, out: TextIO) -> int:
     from govctl import _render, _work
-    from govctl._config import find_root, load_config
+    from govctl._config import load_config, require_root
     from govctl._load import shown_path
 
-    cfg = load_config(find_root(Path.cwd()))
+    cfg = load_config(require_root(Path.cwd()))
     o = pr.opts
 
     def rel(p: Path) -> str:
