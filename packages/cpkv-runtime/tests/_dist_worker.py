@@ -6,6 +6,7 @@ import datetime
 import os
 from pathlib import Path
 
+import _oracle
 import cpkv_runtime as cr
 import torch
 import torch.distributed as dist
@@ -52,6 +53,8 @@ def _run(rank: int, world: int, group, batch: Batch, out_dir: Path) -> None:
     kv_pool = pool_for(batch)
     for strategy in ("zigzag", "interleave"):
         split = cr.cp_split(layout.extend_lens, world, token_req, token_pos, loc, strategy=strategy)
+        # this rank computes exactly the tokens the rule gives it, in its order, padded alike
+        assert split.rows[rank].tolist() == _oracle.cp_split(batch.extend, world, strategy)[rank]
         req_l, pos_l, _ = split.local(rank)
         kv_local = toy_kv(req_l, pos_l)  # this rank's slice of the current KV
         gathered = torch.empty(split.padded_len, 4, dtype=kv_local.dtype)

@@ -152,19 +152,39 @@ def truth_row(b, i, req_pages, prefix, page_size, kv_pool, current_kv, token_ind
 
 
 def cp_split(extend: list[int], cp: int, strategy: str) -> list[list[int]]:
-    """Per rank, the global token index of each local row, -1 = padding."""
+    """Per rank, the global token index of each local row, -1 = padding.
+
+    Written from the rule as stated (docs/design.md "CP split"), one token at a time:
+
+    - zigzag: request b's ``e`` tokens go into ``2*cp`` blocks, block k gets ``e // (2*cp)``
+      tokens plus one if ``k < e % (2*cp)``; rank r lists block r of every request, then block
+      ``2*cp - 1 - r`` of every request.
+    - interleave: token t belongs to rank ``t % cp``.
+    - every rank pads to the longest rank's count rounded up to ``2*cp`` (zigzag) or ``cp``;
+      at cp 1 nothing is split or padded.
+    """
     total = sum(extend)
+    if cp == 1:
+        return [list(range(total))]
     if strategy == "interleave":
-        local = -(-total // cp)
-        return [[k * cp + r if k * cp + r < total else -1 for k in range(local)] for r in range(cp)]
-    ranks: list[list[int]] = [[] for _ in range(cp)]
-    start = 0
-    for e in extend:
-        chunk = -(-e // (2 * cp))
+        ranks = [[t for t in range(total) if t % cp == r] for r in range(cp)]
+        align = cp
+    else:
+        align = 2 * cp
+        per_request = []  # per_request[b][k] = tokens of block k of request b
+        start = 0
+        for e in extend:
+            blocks = []
+            for k in range(align):
+                size = e // align + (1 if k < e % align else 0)
+                blocks.append(list(range(start, start + size)))
+                start += size
+            per_request.append(blocks)
+        ranks = []
         for r in range(cp):
-            for c in (r, 2 * cp - 1 - r):
-                for k in range(chunk):
-                    pos = c * chunk + k
-                    ranks[r].append(start + pos if pos < e else -1)
-        start += e
-    return ranks
+            prev = [t for blocks in per_request for t in blocks[r]]
+            nxt = [t for blocks in per_request for t in blocks[align - 1 - r]]
+            ranks.append(prev + nxt)
+    longest = max(len(tokens) for tokens in ranks)
+    local = -(-longest // align) * align
+    return [tokens + [-1] * (local - len(tokens)) for tokens in ranks]

@@ -5,6 +5,7 @@ Run on the H200 (see docs/benchmarks/cpkv-runtime.md for the command); skipped w
 
 from __future__ import annotations
 
+import _oracle
 import cpkv_runtime as cr
 import pytest
 import torch
@@ -124,6 +125,7 @@ def test_cp_helpers_on_cuda():
     for strategy in ("zigzag", "interleave"):
         split = cr.cp_split(extend, 8, token, strategy=strategy)
         assert split.rows.device.type == "cuda"
+        assert split.rows.tolist() == _oracle.cp_split(extend.tolist(), 8, strategy)
         (local,) = split.companions
         assert torch.equal(cr.gather_order(local.reshape(-1), split), token)
         assert torch.equal(cr.localize(token, split, 5), local[5])

@@ -1,17 +1,19 @@
 """Context-parallel split of a multi-request batch of current tokens, and its way back.
 
-Strategies (DESIGN §1 "CP split"):
+Strategies (docs/design.md, "CP split"; the rules and their upstream reference are in
+``_cp_rows``):
 
-- ``zigzag``: each request is padded to a multiple of ``2*cp`` and cut into ``2*cp`` equal
-  chunks; rank r takes chunks ``r`` and ``2*cp-1-r`` of every request (balances causal attention
-  work per request, so it holds at batch size > 1). A rank's rows: request 0's two chunks, then
-  request 1's, and so on.
-- ``interleave``: the flattened tokens are padded to a multiple of ``cp``; token i goes to rank
-  ``i % cp``.
+- ``zigzag``: each request is cut into ``2*cp`` blocks, the first ``n mod 2cp`` of them one token
+  longer; rank r takes blocks ``r`` and ``2*cp-1-r`` of every request (balances causal attention
+  work per request, so it holds at batch size > 1). A rank's rows: block r of requests 0..B-1,
+  then block ``2*cp-1-r`` of requests 0..B-1 (SGLang's order).
+- ``interleave``: flattened token i goes to rank ``i % cp``.
 
-Every rank holds the same number of rows ``local_len``; padding rows are masked (``valid``).
-After an all-gather of per-rank rows (rank-major, ``cp * local_len`` rows) :func:`gather_order`
-restores the global token order and :func:`localize` selects one rank's rows again.
+Every rank holds the same number of rows ``local_len``, SGLang 0.5.23's physical per-rank length
+(the longest rank's real rows rounded up to ``2*cp`` for zigzag, ``cp`` for interleave); padding
+rows follow a rank's real rows and are masked (``valid``). After an all-gather of per-rank rows
+(rank-major, ``cp * local_len`` rows) :func:`gather_order` restores the global token order and
+:func:`localize` selects one rank's rows again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from ._bytes import word_rows
 from ._checks import as_index, check_count, first_true, same_device
+from ._cp_rows import interleave_rows, zigzag_rows
 from .errors import LayoutError
 
 __all__ = ["CPSplit", "cp_split", "gather_order", "localize"]
@@ -39,13 +42,15 @@ class CPSplit:
         cp_size: number of ranks.
         strategy: ``"zigzag"`` or ``"interleave"``.
         num_tokens: ``T``, real tokens in global (request-major) order.
-        local_len: ``L``, rows per rank, padding included (same on every rank).
+        local_len: ``L``, rows per rank, padding included (same on every rank): SGLang's
+            physical per-rank length (0 for an empty batch, ``T`` at ``cp_size`` 1).
         rows: (cp_size, L) int64 global token index of each rank's row, -1 = padding.
         valid: (cp_size, L) bool, False on padding rows.
         inverse_perm: (T,) int64 where global token t sits in the rank-major all-gathered rows
             (``gathered[inverse_perm] ==`` global order).
         companions: each companion ``[T, ...]`` as ``(cp_size, L, ...)``, padding rows filled with
-            -1 (signed integer dtypes) or zero bytes (others).
+            -1 (signed integer dtypes) or zero bytes (others). SGLang pads with zeros
+            everywhere; -1 keeps a padded ``out_cache_loc`` or ``token_req`` row recognisable.
     """
 
     cp_size: int
@@ -98,29 +103,6 @@ def _take_rows(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _zigzag_rows(extend: torch.Tensor, cp: int) -> torch.Tensor:
-    """(cp, L) global token index per rank row for the per-request zigzag, -1 = padding."""
-    device = extend.device
-    chunk = torch.div(extend + 2 * cp - 1, 2 * cp, rounding_mode="floor")  # c_b
-    start = torch.cumsum(extend, 0) - extend  # first global token of each request
-    req = torch.repeat_interleave(torch.arange(extend.shape[0], device=device), 2 * chunk)
-    local_start = (torch.cumsum(2 * chunk, 0) - 2 * chunk)[req]
-    within = torch.arange(req.shape[0], device=device) - local_start
-    second = within >= chunk[req]  # the mirrored chunk 2cp-1-r
-    in_chunk = within - second.long() * chunk[req]
-    rank = torch.arange(cp, device=device).unsqueeze(1)
-    which = torch.where(second.unsqueeze(0), 2 * cp - 1 - rank, rank)
-    pos = which * chunk[req].unsqueeze(0) + in_chunk.unsqueeze(0)
-    return torch.where(pos < extend[req].unsqueeze(0), start[req].unsqueeze(0) + pos, -1)
-
-
-def _interleave_rows(total: int, cp: int, device: torch.device) -> torch.Tensor:
-    local = -(-total // cp)
-    rows = torch.arange(local, device=device).unsqueeze(0) * cp
-    rows = rows + torch.arange(cp, device=device).unsqueeze(1)
-    return torch.where(rows < total, rows, -1)
-
-
 def cp_split(
     extend_lens: torch.Tensor | Sequence[int],
     cp_size: int,
@@ -135,11 +117,18 @@ def cp_split(
         *companions: any number of ``[T, ...]`` tensors (``token_req``, ``token_pos``,
             ``out_cache_loc``, current KV, ...) permuted the same way. Padding rows get -1 in
             signed integer tensors (so a padded ``out_cache_loc`` row is skipped by fill_current).
-        strategy: ``"zigzag"`` (per request, pads each to a multiple of ``2*cp_size``) or
-            ``"interleave"`` (pads the total to a multiple of ``cp_size``).
+        strategy: ``"zigzag"`` (``2*cp_size`` blocks per request) or ``"interleave"`` (token
+            i on rank ``i % cp_size``). Rows per rank: the longest rank's tokens rounded up to
+            a multiple of ``2*cp_size`` (zigzag) or ``cp_size`` (interleave).
 
     Returns:
         A :class:`CPSplit`; rank r computes ``split.local(r)``.
+
+    Every rank gets exactly the tokens SGLang 0.5.23's strategy of that name gives it, in the
+    same order. SGLang itself splits only batches whose requests all have ``>= 2*cp_size`` tokens
+    (zigzag) or that have ``>= cp_size`` tokens (interleave), and nothing at ``cp_size`` 1; this
+    splits any batch by the same rule (empty and 1-token requests included), and returns the
+    identity split at ``cp_size`` 1.
     """
     cp = check_count(cp_size, "cp_size", 1)
     if strategy not in STRATEGIES:
@@ -167,9 +156,9 @@ def cp_split(
                 f"sum(extend_lens) = {total} tokens; companions are [T, ...]"
             )
     if strategy == "zigzag":
-        rows = _zigzag_rows(extend, cp)
+        rows = zigzag_rows(extend, total, cp)
     else:
-        rows = _interleave_rows(total, cp, extend.device)
+        rows = interleave_rows(total, cp, extend.device)
     valid = rows >= 0
     flat = rows.reshape(-1)
     inverse_perm = torch.empty(total, dtype=torch.long, device=rows.device)
