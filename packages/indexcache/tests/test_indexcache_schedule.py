@@ -205,11 +205,29 @@ def test_nextn_layer_kind_and_reuse():
         "nextn",
         "nextn",
     ]
-    assert s.next_layer_reuses(5)  # the last target layer's top-k is carried into NextN
+    assert not s.next_layer_reuses(5)  # nothing in the target's pass reads its last top-k
     assert s.next_layer_reuses(6) and not s.next_layer_reuses(7)
     assert s.is_nextn(6) and not s.is_full(6)
     with pytest.raises(ScheduleError, match="NextN layer"):
         s.source_layer(6)
+
+
+@given(
+    layers=st.integers(1, 100),
+    freq=st.integers(1, 8),
+    offset=st.integers(1, 8),
+    nextn=st.integers(0, 3),
+)
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_next_layer_reuses_is_next_shared_and_false_at_the_last_main_layer(
+    layers, freq, offset, nextn
+):
+    s = IndexerSchedule.from_freq(layers, freq, offset, num_nextn_layers=nextn)
+    shared = [not f for f in _formula(layers, freq, offset)]
+    assert [s.next_layer_reuses(i) for i in range(layers)] == [*shared[1:], False]
+    assert [s.next_layer_reuses(layers + j) for j in range(nextn)] == [
+        j + 1 < nextn for j in range(nextn)
+    ]
 
 
 @pytest.mark.parametrize("layer", [-1, 8, True, 1.0])

@@ -160,16 +160,33 @@ class IndexerSchedule:
         return layer
 
     def next_layer_reuses(self, layer: int) -> bool:
-        """Whether the layer after ``layer`` reuses the top-k that ``layer`` leaves in the carry.
+        """Whether a later layer of the same forward pass reuses the top-k ``layer`` computed.
 
-        True when the next main layer is shared, or when the next layer is a NextN layer (NextN
-        reuses the target's top-k whenever one is carried, and the next MTP step reuses NextN's).
+        For main layer ``l < num_layers - 1`` this is whether ``l + 1`` is shared: SGLang 0.5.23's
+        ``next_skip_topk``, which decides whether the attention hands its top-k to the next layer.
+        For a NextN layer it is whether another NextN layer follows in the same pass.
+
+        **The last main layer: always False.** Nothing in the target's forward pass comes after
+        it. SGLang 0.5.23 sets ``next_skip_topk`` there from ``dsa_layer_skips_topk(config,
+        num_layers)``: the freq formula (or ``cli_factor``) extended one layer past the model,
+        e.g. True for 78 layers, freq 2, offset 2, but False for the same schedule given as
+        ``index_topk_pattern`` or ``indexer_types`` (what transformers 5.19 hands SGLang for
+        every GLM-5 config). The value has no effect there: the model's forward keeps that top-k
+        only until it returns (it is passed on only to a next pipeline stage, which the last
+        layer does not have), and the NextN draft model is a separate forward whose carry starts
+        empty (its first pass computes) or holds NextN's own previous MTP step's top-k, never the
+        target's. Keeping it here would hold a ``[T, index_topk]`` int32 buffer (512 MiB at
+        T = 64K, index_topk 2048) for no reader. So the target's last top-k is not carried into
+        NextN: NextN computes on its first pass, as in SGLang; a runtime that does hand the
+        target's top-k to NextN seeds the carry with it (``TopkCarry.seed``). Later MTP steps
+        are new passes too: SGLang carries NextN's own top-k into them when the model sets
+        ``index_share_for_mtp_iteration``; here, seed it.
         """
         self._check_layer(layer)
         nxt = layer + 1
         if nxt < self.num_layers:
             return self.indexer_types[nxt] == SHARED
-        return nxt < self.num_layers + self.num_nextn_layers
+        return self.num_layers < nxt < self.num_layers + self.num_nextn_layers
 
     def _check_layer(self, layer: int) -> None:
         total = self.num_layers + self.num_nextn_layers

@@ -170,7 +170,8 @@ def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
     lines.append(f"shared layers: {r['num_shared']} (reuse the nearest earlier full layer's top-k)")
     if r["num_nextn_layers"]:
         lines.append(
-            f"NextN layers: {r['num_nextn_layers']} (reuse the carried top-k; compute when none is)"
+            f"NextN layers: {r['num_nextn_layers']} (compute on the first pass; reuse the previous "
+            f"MTP step's top-k when it is carried)"
         )
     lines.append(
         f"indexer FLOPs saved: {100 * r['indexer_flops_saved_fraction']:.1f}% "
