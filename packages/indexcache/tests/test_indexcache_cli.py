@@ -107,7 +107,8 @@ BAD = {
     "pattern_and_freq": (["--pattern", "FFS", "--freq", "2"], "--pattern replaces --freq/--offset"),
     "pattern_length": (
         ["--pattern", "FFS", "--layers", "4"],
-        "--pattern has 3 letters but --layers is 4",
+        "index_topk_pattern has 3 entries but num_hidden_layers is 4. SGLang 0.5.23 would "
+        "accept it and run it as FFSF (1 layer past its end full)",
     ),
     "pattern_alphabet": (["--pattern", "FFx"], "only 'F' (full) and 'S'"),
     "pattern_layer0": (["--pattern", "SFF"], "layer 0 must be 'full'"),

@@ -124,18 +124,40 @@ BAD = {
         {"num_hidden_layers": 4, "num_nextn_predict_layers": -1},
         r"num_nextn_predict_layers",
     ),
+    # Each pattern refusal says what SGLang 0.5.23 runs instead: layer l is shared there iff
+    # l < len(pattern) and pattern[l] == "S" (expected readings below worked out by hand from
+    # that rule; test_upstream_indexcache.py in sglang-integration runs SGLang's own code).
     "pattern_short": (
         {"num_hidden_layers": 8, "index_topk_pattern": "FFSS"},
-        r"index_topk_pattern has 4 entries but num_hidden_layers is 8",
+        r"index_topk_pattern has 4 entries but num_hidden_layers is 8\. SGLang 0\.5\.23 would "
+        r"accept it and run it as FFSSFFFF \(4 layers past its end full\)",
     ),
-    "pattern_long": ({"num_hidden_layers": 2, "index_topk_pattern": "FFS"}, r"has 3 entries"),
+    "pattern_long": (
+        {"num_hidden_layers": 2, "index_topk_pattern": "FFS"},
+        r"has 3 entries.*run it as FF \(the last 1 letter 'S' ignored\)",
+    ),
     "pattern_alphabet": (
         {"num_hidden_layers": 4, "index_topk_pattern": "FfSX"},
-        r"only 'F' \(full\) and 'S'.*\['X', 'f'\]",
+        r"only 'F' \(full\) and 'S'.*\['X', 'f'\].*run it as FFSF .*KeyError 'f'",
+    ),
+    "pattern_lowercase": (
+        {"num_hidden_layers": 4, "index_topk_pattern": "ffss"},
+        r"\['f', 's'\] in 'ffss'\. SGLang 0\.5\.23 would accept it and run it as FFFF \(every "
+        r"letter other than 'S' read as full\)\. A GLM config fails earlier: transformers 5\.19's "
+        r"GlmMoeDsaConfig raises KeyError 'f'\.",
+    ),
+    "pattern_lowercase_beside_indexer_types": (
+        {"num_hidden_layers": 2, "index_topk_pattern": "Fs", "indexer_types": ["full"] * 2},
+        r"found \['s'\].*SGLang 0\.5\.23 would ignore it: it reads indexer_types first\.",
     ),
     "pattern_layer0_shared": (
         {"num_hidden_layers": 3, "index_topk_pattern": "SFF"},
-        r"index_topk_pattern\[0\] is 'S'; layer 0 must be 'full'",
+        r"index_topk_pattern\[0\] is 'S'; layer 0 must be 'full'.*run it as SFF \(layer 0 built "
+        r"without an indexer",
+    ),
+    "pattern_layer0_shared_and_short": (
+        {"num_hidden_layers": 5, "index_topk_pattern": "SF"},
+        r"index_topk_pattern\[0\] is 'S'.*run it as SFFFF",
     ),
     "pattern_list": (
         {"num_hidden_layers": 2, "index_topk_pattern": ["F", "S"]},
@@ -143,11 +165,11 @@ BAD = {
     ),
     "pattern_empty": (
         {"num_hidden_layers": 2, "index_topk_pattern": ""},
-        r"index_topk_pattern is empty",
+        r"index_topk_pattern is empty.*run it as FF \(every layer full\)",
     ),
     "types_alphabet": (
         {"num_hidden_layers": 2, "indexer_types": ["full", "dense"]},
-        r"only 'full' and 'shared'; found 'dense'",
+        r"only 'full' and 'shared'; found \['dense'\]",
     ),
     "types_layer0_shared": (
         {"num_hidden_layers": 2, "indexer_types": ["shared", "full"]},
@@ -155,7 +177,7 @@ BAD = {
     ),
     "types_length": (
         {"num_hidden_layers": 3, "indexer_types": ["full", "shared"]},
-        r"indexer_types has 2 entries but num_hidden_layers is 3",
+        r"indexer_types has 2 entries but num_hidden_layers is 3.*run it as FSF",
     ),
     "types_string": (
         {"num_hidden_layers": 2, "indexer_types": "FS"},

@@ -2,8 +2,8 @@
 
 Layer ``l`` of the main model is *full* (F: runs its lightning indexer) or *shared* (S: reuses the
 top-k of the nearest earlier full layer; its checkpoint carries no indexer weights). The pattern
-comes from the first of these config fields that is set (the order transformers >= 5.11 and
-SGLang use):
+comes from the first of these config fields that is set (the order transformers 5.19 and
+SGLang 0.5.23 use):
 
 1. ``indexer_types``: ``["full", "shared", ...]``, one entry per layer;
 2. ``index_topk_pattern``: ``"FFSS..."``, one letter per layer;
@@ -13,7 +13,9 @@ SGLang use):
 f=4, o=2 on 78 layers: full at 0, 1, 5, 9, ..., 77 (21 full); f=4, o=3: full at 0, 1, 2, 6, 10, ...
 
 NextN/MTP layers follow the main layers (indices ``num_layers`` to ``num_layers + num_nextn - 1``);
-they own indexer weights, reuse a carried top-k when there is one and compute otherwise.
+they own indexer weights, reuse a carried top-k when there is one and compute otherwise. A
+malformed pattern is refused with a message that says how SGLang would have read it
+(``_pattern``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from indexcache._pattern import check_entries
 from indexcache.errors import ScheduleError
 
 FULL = "full"
@@ -50,7 +53,7 @@ class IndexerSchedule:
     source: ScheduleSource = "index_topk_freq"
 
     def __post_init__(self) -> None:
-        _check_types(self.indexer_types, self.source)
+        check_entries(self.indexer_types, "indexer_types")
         _check_int(self.num_nextn_layers, "num_nextn_layers", minimum=0)
 
     # Constructors -----------------------------------------------------------------------------
@@ -77,33 +80,45 @@ class IndexerSchedule:
         return cls(types, num_nextn_layers, "index_topk_freq")
 
     @classmethod
-    def from_pattern(cls, pattern: str, *, num_nextn_layers: int = 0) -> IndexerSchedule:
-        """Build from ``"FFSS..."`` (one letter per layer, F = full, S = shared)."""
-        if not isinstance(pattern, str):
-            raise ScheduleError(
-                f"index_topk_pattern must be a string of 'F'/'S' letters; got "
-                f'{type(pattern).__name__} {pattern!r}. Fix: write it as e.g. "FFSSSF...".'
-            )
-        bad = sorted({c for c in pattern if c not in "FS"})
-        if bad:
-            raise ScheduleError(
-                f"index_topk_pattern may hold only 'F' (full) and 'S' (shared); found {bad} in "
-                f"{pattern!r}. Fix: use one F or S per layer."
-            )
-        types = tuple(FULL if c == "F" else SHARED for c in pattern)
-        return cls(types, num_nextn_layers, "index_topk_pattern")
+    def from_pattern(
+        cls, pattern: str, *, num_layers: int | None = None, num_nextn_layers: int = 0
+    ) -> IndexerSchedule:
+        """Build from ``"FFSS..."`` (one upper-case letter per layer, F = full, S = shared).
+
+        Args:
+            pattern: the ``index_topk_pattern`` string.
+            num_layers: the model's layer count; when given, the pattern must have that length.
+            num_nextn_layers: NextN/MTP layers after the main layers.
+
+        Raises:
+            ScheduleError: not a string, a letter other than F/S (lower case included), layer 0
+                shared, or a length other than ``num_layers``. Each message says what SGLang
+                0.5.23, which accepts all of these, would run instead.
+        """
+        return _pattern_schedule(pattern, num_layers, num_nextn_layers)
 
     @classmethod
     def from_indexer_types(
-        cls, indexer_types: Sequence[str], *, num_nextn_layers: int = 0
+        cls,
+        indexer_types: Sequence[str],
+        *,
+        num_layers: int | None = None,
+        num_nextn_layers: int = 0,
     ) -> IndexerSchedule:
-        """Build from transformers' ``indexer_types`` list (``"full"``/``"shared"`` per layer)."""
+        """Build from transformers' ``indexer_types`` list (``"full"``/``"shared"`` per layer).
+
+        Raises:
+            ScheduleError: not a list, an entry other than full/shared, layer 0 shared, or a
+                length other than ``num_layers`` (when given); the message says what SGLang
+                0.5.23 would run instead.
+        """
         if isinstance(indexer_types, str) or not isinstance(indexer_types, Sequence):
             raise ScheduleError(
                 f"indexer_types must be a list of 'full'/'shared'; got "
                 f"{type(indexer_types).__name__} {indexer_types!r}."
             )
-        return cls(tuple(indexer_types), num_nextn_layers, "indexer_types")
+        types = check_entries(indexer_types, "indexer_types", num_layers)
+        return cls(types, num_nextn_layers, "indexer_types")
 
     # Queries ----------------------------------------------------------------------------------
     @property
@@ -213,7 +228,7 @@ def schedule_from_config(
 
     Raises:
         ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, or (strict) the
-            fields disagree.
+            fields disagree. A pattern is checked even where ``indexer_types`` decides.
     """
     num_layers = _get(config, "num_hidden_layers")
     _check_int(num_layers, "num_hidden_layers", minimum=1)
@@ -222,19 +237,16 @@ def schedule_from_config(
     _check_int(nextn, "num_nextn_predict_layers", minimum=0)
     explicit = None
     if (types := _get(config, "indexer_types")) is not None:
-        explicit = IndexerSchedule.from_indexer_types(types, num_nextn_layers=nextn)
+        explicit = IndexerSchedule.from_indexer_types(
+            types, num_layers=num_layers, num_nextn_layers=nextn
+        )
     derived = None
     freq, offset = _get(config, "index_topk_freq"), _get(config, "index_skip_topk_offset")
     if (pattern := _get(config, "index_topk_pattern")) is not None:
-        derived = IndexerSchedule.from_pattern(pattern, num_nextn_layers=nextn)
+        first = "indexer_types" if explicit else None
+        derived = _pattern_schedule(pattern, num_layers, nextn, overridden_by=first)
     elif explicit is None or strict:
         derived = IndexerSchedule.from_freq(num_layers, freq, offset, num_nextn_layers=nextn)
-    for cand in (explicit, derived):
-        if cand is not None and cand.num_layers != num_layers:
-            raise ScheduleError(
-                f"{cand.source} has {cand.num_layers} entries but num_hidden_layers is "
-                f"{num_layers}. Fix: give exactly one entry per layer."
-            )
     stale = strict and explicit is not None and derived is not None
     if stale and explicit.indexer_types != derived.indexer_types:  # type: ignore[union-attr]
         detail = f" (freq={freq}, offset={offset})" if derived.source == "index_topk_freq" else ""
@@ -248,37 +260,36 @@ def schedule_from_config(
     return chosen
 
 
+def _pattern_schedule(
+    pattern: Any, num_layers: int | None, nextn: int, *, overridden_by: str | None = None
+) -> IndexerSchedule:
+    if not isinstance(pattern, str):
+        raise ScheduleError(
+            f"index_topk_pattern must be a string of 'F'/'S' letters; got "
+            f'{type(pattern).__name__} {pattern!r}. Fix: write it as e.g. "FFSSSF...".'
+        )
+    types = check_entries(pattern, "index_topk_pattern", num_layers, overridden_by=overridden_by)
+    return IndexerSchedule(types, nextn, "index_topk_pattern")
+
+
 def _get(config: Mapping[str, Any] | Any, key: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(key)
     return getattr(config, key, None)
 
 
+# Per-field advice appended to an out-of-range integer's message.
+_INT_FIX = {
+    "index_topk_freq": " Fix: 1 means every layer runs its indexer.",
+    "index_skip_topk_offset": (
+        " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
+    ),
+}
+
+
 def _check_int(value: Any, name: str, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ScheduleError(
             f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}."
-            + (" Fix: 1 means every layer runs its indexer." if name == "index_topk_freq" else "")
-            + (
-                " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
-                if name == "index_skip_topk_offset"
-                else ""
-            )
-        )
-
-
-def _check_types(types: tuple[str, ...], name: str) -> None:
-    if not types:
-        raise ScheduleError(f"{name} is empty; a model has at least one layer.")
-    bad = sorted({repr(t) for t in types if t not in (FULL, SHARED)})
-    if bad:
-        raise ScheduleError(
-            f"{name} may hold only 'full' and 'shared'; found {', '.join(bad)}. "
-            f"Fix: one 'full' or 'shared' per layer."
-        )
-    if types[0] != FULL:
-        first = "'S'" if name == "index_topk_pattern" else repr(types[0])
-        raise ScheduleError(
-            f"{name}[0] is {first}; layer 0 must be 'full' (F): a shared layer reuses the top-k "
-            f"of an earlier full layer and layer 0 has none. Fix: start the pattern with F."
+            + _INT_FIX.get(name, "")
         )

@@ -80,12 +80,9 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:
             raise _UsageError("--pattern replaces --freq/--offset; give one or the other.")
-        if args.layers is not None and args.layers != len(args.pattern):
-            raise _UsageError(
-                f"--pattern has {len(args.pattern)} letters but --layers is {args.layers}; "
-                f"give one letter per layer."
-            )
-        sched = IndexerSchedule.from_pattern(args.pattern, num_nextn_layers=_nextn(args.nextn))
+        sched = IndexerSchedule.from_pattern(
+            args.pattern, num_layers=args.layers, num_nextn_layers=_nextn(args.nextn)
+        )
         return sched, IndexerDims(), f"index_topk_pattern={args.pattern}"
     if args.layers is None:
         raise _UsageError("give --layers (with --freq/--offset), --pattern, or --config.")
