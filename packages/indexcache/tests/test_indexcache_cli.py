@@ -90,6 +90,13 @@ def test_config_dir(run_line, tmp_path):
     assert "hidden 512, q_lora_rank 64, 4 x 32" in out and "79.9 MFLOP unshared" in out
 
 
+def test_config_with_cli_factor_is_refused(run_line, tmp_path):
+    """A LongCat-style config.json: cli_factor is refused by name, exit 2."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 8, "cli_factor": 3}))
+    code, out, err = run_line("schedule", "--config", str(tmp_path))
+    assert code == 2 and out == "" and "cli_factor=3 is not supported" in err
+
+
 def test_flops_formula_small_case():
     dims = IndexerDims(hidden_size=4, q_lora_rank=2, index_n_heads=1, index_head_dim=3)
     # proj 2*2*(2*3 + 4*3 + 4*1) = 88; pairs 2*1 + 3 = 5 with prefix 1; scoring 2*1*4*5 = 40

@@ -70,6 +70,27 @@ def test_priority_indexer_types_then_pattern_then_freq():
     assert schedule_from_config(cfg).source == "index_topk_freq"
 
 
+# cli_factor (LongCat's field): refused by name unless off ---------------------------------------
+@pytest.mark.parametrize("off", [None, 1])
+def test_cli_factor_off_is_accepted(off):
+    cfg = {"num_hidden_layers": 6, "cli_factor": off, "index_topk_freq": 2}
+    assert schedule_from_config(cfg).pattern == "FFSFSF"  # freq 2, offset 2
+
+
+def test_cli_factor_on_is_refused_by_name_with_the_equivalent_fields():
+    cfg = {"num_hidden_layers": 6, "cli_factor": 3, "index_topk_pattern": "FFFFFF"}
+    with pytest.raises(ScheduleError) as info:
+        schedule_from_config(cfg)
+    message = str(info.value)
+    assert message.startswith("cli_factor=3 is not supported. SGLang 0.5.23 reads it")
+    assert "attention layers 0, 3, 6, ... run their indexer" in message
+    assert "two MLA sublayers per decoder layer" in message
+    assert "index_topk_freq=3 with index_skip_topk_offset=1" in message
+    # the fix it offers: layers 0, 3 full on 6 layers (worked out from max(l - 1 + 1, 0) % 3)
+    fixed = {"num_hidden_layers": 6, "index_topk_freq": 3, "index_skip_topk_offset": 1}
+    assert schedule_from_config(fixed).full_layers == (0, 3)
+
+
 def test_config_object_and_nextn():
     class Cfg:
         num_hidden_layers = 6
@@ -167,6 +188,14 @@ BAD = {
         {"num_hidden_layers": 2, "index_topk_pattern": ""},
         r"index_topk_pattern is empty.*run it as FF \(every layer full\)",
     ),
+    "cli_factor_zero": (
+        {"num_hidden_layers": 8, "cli_factor": 0},
+        r"cli_factor must be an integer >= 1; got int 0\. SGLang 0\.5\.23 stops on it with "
+        r"AssertionError",
+    ),
+    "cli_factor_string": ({"num_hidden_layers": 8, "cli_factor": "4"}, r"cli_factor.*str '4'"),
+    "cli_factor_bool": ({"num_hidden_layers": 8, "cli_factor": True}, r"cli_factor.*bool"),
+    "cli_factor_on": ({"num_hidden_layers": 8, "cli_factor": 2}, r"cli_factor=2 is not supported"),
     "types_alphabet": (
         {"num_hidden_layers": 2, "indexer_types": ["full", "dense"]},
         r"only 'full' and 'shared'; found \['dense'\]",

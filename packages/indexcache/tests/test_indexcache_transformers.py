@@ -127,6 +127,15 @@ def test_any_pattern_agrees_with_transformers_or_is_refused(layers, pattern):
         _assert_refusal_matches_transformers(layers, pattern)
 
 
+def test_cli_factor_transformers_leaves_it_out_of_indexer_types():
+    """transformers 5.19 keeps cli_factor as a bare attribute and derives indexer_types without
+    it (the message of our refusal says so)."""
+    cfg = transformers.GlmMoeDsaConfig(num_hidden_layers=8, cli_factor=3)
+    assert cfg.cli_factor == 3 and cfg.indexer_types == ["full"] * 8
+    with pytest.raises(ScheduleError, match=r"transformers 5\.19 leaves it out of indexer_types"):
+        schedule_from_config(cfg)
+
+
 def test_offset_zero_transformers_accepts_we_reject():
     """transformers builds layer 0 as shared (its forward then fails); we refuse up front."""
     cfg = transformers.GlmMoeDsaConfig(

@@ -10,6 +10,9 @@ SGLang 0.5.23 use):
 3. ``index_topk_freq`` f (default 1) and ``index_skip_topk_offset`` o (default 2):
    layer ``l`` is full iff ``max(l - o + 1, 0) % f == 0``.
 
+``cli_factor`` (LongCat's field, which SGLang reads after 1 and before 2) is refused when it is
+on; :func:`schedule_from_config` says why.
+
 f=4, o=2 on 78 layers: full at 0, 1, 5, 9, ..., 77 (21 full); f=4, o=3: full at 0, 1, 2, 6, 10, ...
 
 NextN/MTP layers follow the main layers (indices ``num_layers`` to ``num_layers + num_nextn - 1``);
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from indexcache._pattern import check_entries
+from indexcache._pattern import SGLANG, check_entries
 from indexcache.errors import ScheduleError
 
 FULL = "full"
@@ -220,6 +223,14 @@ def schedule_from_config(
     Reads ``num_hidden_layers``, ``num_nextn_predict_layers`` (default 0) and the first set field of
     ``indexer_types`` > ``index_topk_pattern`` > ``index_topk_freq``/``index_skip_topk_offset``.
 
+    ``cli_factor`` c > 1 is refused by name. SGLang 0.5.23 reads it (LongCat's field) after
+    ``indexer_types`` and before the pattern: attention layer ``l`` is full iff ``l % c == 0``.
+    On LongCat, the model that ships it, those ids count two MLA sublayers per decoder layer
+    (``2 * layer + i``), which a schedule of one indexer per decoder layer cannot describe; on a
+    GLM config transformers 5.19 derives ``indexer_types`` without it, so SGLang ignores it; on a
+    DeepSeek-V3.2 config it means ``index_topk_freq=c, index_skip_topk_offset=1``, which the
+    message offers as the fix. Null and 1 mean off, as in SGLang.
+
     Args:
         config: a mapping or an object with attributes.
         strict: also require an explicit ``indexer_types`` to equal what the pattern (or else
@@ -227,8 +238,9 @@ def schedule_from_config(
             pattern overriding freq/offset is documented behaviour, not a conflict.
 
     Raises:
-        ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, or (strict) the
-            fields disagree. A pattern is checked even where ``indexer_types`` decides.
+        ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, ``cli_factor``
+            is on, or (strict) the fields disagree. A pattern is checked even where
+            ``indexer_types`` decides.
     """
     num_layers = _get(config, "num_hidden_layers")
     _check_int(num_layers, "num_hidden_layers", minimum=1)
@@ -240,6 +252,7 @@ def schedule_from_config(
         explicit = IndexerSchedule.from_indexer_types(
             types, num_layers=num_layers, num_nextn_layers=nextn
         )
+    _refuse_cli_factor(_get(config, "cli_factor"))
     derived = None
     freq, offset = _get(config, "index_topk_freq"), _get(config, "index_skip_topk_offset")
     if (pattern := _get(config, "index_topk_pattern")) is not None:
@@ -272,6 +285,22 @@ def _pattern_schedule(
     return IndexerSchedule(types, nextn, "index_topk_pattern")
 
 
+def _refuse_cli_factor(value: Any) -> None:
+    """Refuse ``cli_factor`` unless it is off (null or 1); see :func:`schedule_from_config`."""
+    if value is None or (value == 1 and not isinstance(value, bool)):
+        return
+    _check_int(value, "cli_factor", minimum=1)
+    raise ScheduleError(
+        f"cli_factor={value} is not supported. {SGLANG} reads it (LongCat's field) ahead of "
+        f"index_topk_pattern and index_topk_freq: attention layers 0, {value}, {2 * value}, ... "
+        f"run their indexer. On LongCat those ids count two MLA sublayers per decoder layer, "
+        f"which this per-layer schedule does not model; on a GLM config transformers 5.19 leaves "
+        f"it out of indexer_types, which SGLang reads first. Fix: remove cli_factor (null or 1 "
+        f"is off); on a GLM or DeepSeek-V3.2 model index_topk_freq={value} with "
+        f"index_skip_topk_offset=1 gives the same full layers."
+    )
+
+
 def _get(config: Mapping[str, Any] | Any, key: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(key)
@@ -284,12 +313,17 @@ _INT_FIX = {
     "index_skip_topk_offset": (
         " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
     ),
+    "cli_factor": " Fix: remove it (null or 1 is off); cli_factor is not supported.",
 }
 
 
 def _check_int(value: Any, name: str, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        sglang = ""
+        if name == "cli_factor" and isinstance(value, int) and not isinstance(value, bool):
+            sglang = f" {SGLANG} stops on it with AssertionError 'cli_factor must be positive'."
         raise ScheduleError(
             f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}."
+            + sglang
             + _INT_FIX.get(name, "")
         )
