@@ -54,7 +54,8 @@ def test_json_with_seq_len(run_line):
     assert code == 0
     r = json.loads(out)
     assert r["full_layers"][:4] == [0, 1, 2, 6] and r["num_full"] == 21
-    assert len(r["next_layer_reuses"]) == 79 and r["next_layer_reuses"][77] is True
+    # layer 76 hands its top-k to shared layer 77; the last main layer hands nothing to NextN
+    assert len(r["next_layer_reuses"]) == 79 and r["next_layer_reuses"][76:] == [True, False, False]
     per_layer = indexer_flops(65536, IndexerDims())
     assert r["indexer_flops_unshared"] == 78 * per_layer
     assert r["indexer_flops_shared"] == 21 * per_layer
@@ -89,6 +90,13 @@ def test_config_dir(run_line, tmp_path):
     assert "hidden 512, q_lora_rank 64, 4 x 32" in out and "79.9 MFLOP unshared" in out
 
 
+def test_config_with_cli_factor_is_refused(run_line, tmp_path):
+    """A LongCat-style config.json: cli_factor is refused by name, exit 2."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 8, "cli_factor": 3}))
+    code, out, err = run_line("schedule", "--config", str(tmp_path))
+    assert code == 2 and out == "" and "cli_factor=3 is not supported" in err
+
+
 def test_flops_formula_small_case():
     dims = IndexerDims(hidden_size=4, q_lora_rank=2, index_n_heads=1, index_head_dim=3)
     # proj 2*2*(2*3 + 4*3 + 4*1) = 88; pairs 2*1 + 3 = 5 with prefix 1; scoring 2*1*4*5 = 40
@@ -106,7 +114,8 @@ BAD = {
     "pattern_and_freq": (["--pattern", "FFS", "--freq", "2"], "--pattern replaces --freq/--offset"),
     "pattern_length": (
         ["--pattern", "FFS", "--layers", "4"],
-        "--pattern has 3 letters but --layers is 4",
+        "index_topk_pattern has 3 entries but num_hidden_layers is 4. SGLang 0.5.23 would "
+        "accept it and run it as FFSF (1 layer past its end full)",
     ),
     "pattern_alphabet": (["--pattern", "FFx"], "only 'F' (full) and 'S'"),
     "pattern_layer0": (["--pattern", "SFF"], "layer 0 must be 'full'"),

@@ -57,9 +57,17 @@ def test_carry_threads_the_nearest_full_layer():
         used[layer] = int(carry.step(layer, compute_for(layer), num_rows=3)[0, 0])
     assert computed == list(S.full_layers)
     assert used == {layer: S.source_layer(layer) for layer in range(10)}
-    # the last target layer's top-k is kept for NextN, which then reuses it
-    assert carry.source_layer == 9
-    assert int(carry.step(10, compute_for(10))[0, 0]) == 9 and computed[-1] == 9
+    # nothing after the last target layer reads its top-k: NextN starts empty and computes
+    assert carry.topk is None and carry.source_layer is None
+    assert int(carry.step(10, compute_for(10))[0, 0]) == 10 and computed[-1] == 10
+
+
+def test_nextn_reuses_a_seeded_topk():
+    """The next MTP step (or a runtime that hands NextN the target's top-k) seeds the carry."""
+    carry = TopkCarry(S)
+    carry.seed(_topk(10), source_layer=10)  # NextN's own top-k from the previous MTP step
+    assert int(carry.step(10, lambda: pytest.fail("carried: must reuse"))[0, 0]) == 10
+    assert carry.topk is None  # the pass ends with NextN: the caller seeds the next step
 
 
 @given(freq=st.integers(1, 6), offset=st.integers(1, 6), layers=st.integers(1, 40))

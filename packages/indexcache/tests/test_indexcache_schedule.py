@@ -70,6 +70,27 @@ def test_priority_indexer_types_then_pattern_then_freq():
     assert schedule_from_config(cfg).source == "index_topk_freq"
 
 
+# cli_factor (LongCat's field): refused by name unless off ---------------------------------------
+@pytest.mark.parametrize("off", [None, 1])
+def test_cli_factor_off_is_accepted(off):
+    cfg = {"num_hidden_layers": 6, "cli_factor": off, "index_topk_freq": 2}
+    assert schedule_from_config(cfg).pattern == "FFSFSF"  # freq 2, offset 2
+
+
+def test_cli_factor_on_is_refused_by_name_with_the_equivalent_fields():
+    cfg = {"num_hidden_layers": 6, "cli_factor": 3, "index_topk_pattern": "FFFFFF"}
+    with pytest.raises(ScheduleError) as info:
+        schedule_from_config(cfg)
+    message = str(info.value)
+    assert message.startswith("cli_factor=3 is not supported. SGLang 0.5.23 reads it")
+    assert "attention layers 0, 3, 6, ... run their indexer" in message
+    assert "two MLA sublayers per decoder layer" in message
+    assert "index_topk_freq=3 with index_skip_topk_offset=1" in message
+    # the fix it offers: layers 0, 3 full on 6 layers (worked out from max(l - 1 + 1, 0) % 3)
+    fixed = {"num_hidden_layers": 6, "index_topk_freq": 3, "index_skip_topk_offset": 1}
+    assert schedule_from_config(fixed).full_layers == (0, 3)
+
+
 def test_config_object_and_nextn():
     class Cfg:
         num_hidden_layers = 6
@@ -124,18 +145,40 @@ BAD = {
         {"num_hidden_layers": 4, "num_nextn_predict_layers": -1},
         r"num_nextn_predict_layers",
     ),
+    # Each pattern refusal says what SGLang 0.5.23 runs instead: layer l is shared there iff
+    # l < len(pattern) and pattern[l] == "S" (expected readings below worked out by hand from
+    # that rule; test_upstream_indexcache.py in sglang-integration runs SGLang's own code).
     "pattern_short": (
         {"num_hidden_layers": 8, "index_topk_pattern": "FFSS"},
-        r"index_topk_pattern has 4 entries but num_hidden_layers is 8",
+        r"index_topk_pattern has 4 entries but num_hidden_layers is 8\. SGLang 0\.5\.23 would "
+        r"accept it and run it as FFSSFFFF \(4 layers past its end full\)",
     ),
-    "pattern_long": ({"num_hidden_layers": 2, "index_topk_pattern": "FFS"}, r"has 3 entries"),
+    "pattern_long": (
+        {"num_hidden_layers": 2, "index_topk_pattern": "FFS"},
+        r"has 3 entries.*run it as FF \(the last 1 letter 'S' ignored\)",
+    ),
     "pattern_alphabet": (
         {"num_hidden_layers": 4, "index_topk_pattern": "FfSX"},
-        r"only 'F' \(full\) and 'S'.*\['X', 'f'\]",
+        r"only 'F' \(full\) and 'S'.*\['X', 'f'\].*run it as FFSF .*KeyError 'f'",
+    ),
+    "pattern_lowercase": (
+        {"num_hidden_layers": 4, "index_topk_pattern": "ffss"},
+        r"\['f', 's'\] in 'ffss'\. SGLang 0\.5\.23 would accept it and run it as FFFF \(every "
+        r"letter other than 'S' read as full\)\. A GLM config fails earlier: transformers 5\.19's "
+        r"GlmMoeDsaConfig raises KeyError 'f'\.",
+    ),
+    "pattern_lowercase_beside_indexer_types": (
+        {"num_hidden_layers": 2, "index_topk_pattern": "Fs", "indexer_types": ["full"] * 2},
+        r"found \['s'\].*SGLang 0\.5\.23 would ignore it: it reads indexer_types first\.",
     ),
     "pattern_layer0_shared": (
         {"num_hidden_layers": 3, "index_topk_pattern": "SFF"},
-        r"index_topk_pattern\[0\] is 'S'; layer 0 must be 'full'",
+        r"index_topk_pattern\[0\] is 'S'; layer 0 must be 'full'.*run it as SFF \(layer 0 built "
+        r"without an indexer",
+    ),
+    "pattern_layer0_shared_and_short": (
+        {"num_hidden_layers": 5, "index_topk_pattern": "SF"},
+        r"index_topk_pattern\[0\] is 'S'.*run it as SFFFF",
     ),
     "pattern_list": (
         {"num_hidden_layers": 2, "index_topk_pattern": ["F", "S"]},
@@ -143,11 +186,19 @@ BAD = {
     ),
     "pattern_empty": (
         {"num_hidden_layers": 2, "index_topk_pattern": ""},
-        r"index_topk_pattern is empty",
+        r"index_topk_pattern is empty.*run it as FF \(every layer full\)",
     ),
+    "cli_factor_zero": (
+        {"num_hidden_layers": 8, "cli_factor": 0},
+        r"cli_factor must be an integer >= 1; got int 0\. SGLang 0\.5\.23 stops on it with "
+        r"AssertionError",
+    ),
+    "cli_factor_string": ({"num_hidden_layers": 8, "cli_factor": "4"}, r"cli_factor.*str '4'"),
+    "cli_factor_bool": ({"num_hidden_layers": 8, "cli_factor": True}, r"cli_factor.*bool"),
+    "cli_factor_on": ({"num_hidden_layers": 8, "cli_factor": 2}, r"cli_factor=2 is not supported"),
     "types_alphabet": (
         {"num_hidden_layers": 2, "indexer_types": ["full", "dense"]},
-        r"only 'full' and 'shared'; found 'dense'",
+        r"only 'full' and 'shared'; found \['dense'\]",
     ),
     "types_layer0_shared": (
         {"num_hidden_layers": 2, "indexer_types": ["shared", "full"]},
@@ -155,7 +206,7 @@ BAD = {
     ),
     "types_length": (
         {"num_hidden_layers": 3, "indexer_types": ["full", "shared"]},
-        r"indexer_types has 2 entries but num_hidden_layers is 3",
+        r"indexer_types has 2 entries but num_hidden_layers is 3.*run it as FSF",
     ),
     "types_string": (
         {"num_hidden_layers": 2, "indexer_types": "FS"},
@@ -205,11 +256,29 @@ def test_nextn_layer_kind_and_reuse():
         "nextn",
         "nextn",
     ]
-    assert s.next_layer_reuses(5)  # the last target layer's top-k is carried into NextN
+    assert not s.next_layer_reuses(5)  # nothing in the target's pass reads its last top-k
     assert s.next_layer_reuses(6) and not s.next_layer_reuses(7)
     assert s.is_nextn(6) and not s.is_full(6)
     with pytest.raises(ScheduleError, match="NextN layer"):
         s.source_layer(6)
+
+
+@given(
+    layers=st.integers(1, 100),
+    freq=st.integers(1, 8),
+    offset=st.integers(1, 8),
+    nextn=st.integers(0, 3),
+)
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_next_layer_reuses_is_next_shared_and_false_at_the_last_main_layer(
+    layers, freq, offset, nextn
+):
+    s = IndexerSchedule.from_freq(layers, freq, offset, num_nextn_layers=nextn)
+    shared = [not f for f in _formula(layers, freq, offset)]
+    assert [s.next_layer_reuses(i) for i in range(layers)] == [*shared[1:], False]
+    assert [s.next_layer_reuses(layers + j) for j in range(nextn)] == [
+        j + 1 < nextn for j in range(nextn)
+    ]
 
 
 @pytest.mark.parametrize("layer", [-1, 8, True, 1.0])

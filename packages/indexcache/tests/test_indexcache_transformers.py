@@ -75,6 +75,67 @@ def test_glm5_facts_in_transformers():
     assert [i for i, t in enumerate(c3.indexer_types) if t == "full"][:5] == [0, 1, 2, 6, 10]
 
 
+# Malformed patterns: transformers accepts some, fails on others; we refuse all and say why ------
+MALFORMED = {  # name: (num_hidden_layers, pattern)
+    "lowercase": (4, "FFss"),
+    "lowercase_first": (4, "fFSS"),
+    "mixed_case_and_junk": (5, "FSsxF"),
+    "starts_with_s": (4, "SFSF"),
+    "short": (6, "FFS"),
+    "long": (3, "FFSSS"),
+    "empty": (3, ""),
+}
+
+
+def _transformers_types(layers, pattern):
+    """transformers' indexer_types for the pattern, or the KeyError it raises."""
+    try:
+        cfg = transformers.GlmMoeDsaConfig(num_hidden_layers=layers, index_topk_pattern=pattern)
+    except KeyError as exc:
+        return exc
+    return cfg.indexer_types
+
+
+def _assert_refusal_matches_transformers(layers, pattern):
+    theirs = _transformers_types(layers, pattern)
+    with pytest.raises(ScheduleError) as info:
+        schedule_from_config({"num_hidden_layers": layers, "index_topk_pattern": pattern})
+    message = str(info.value)
+    assert "SGLang 0.5.23 would accept it and run it as " in message
+    if isinstance(theirs, KeyError):
+        # the letter transformers fails on is the one our message names
+        assert f"GlmMoeDsaConfig raises KeyError {theirs.args[0]!r}" in message
+    else:
+        assert "KeyError" not in message
+        assert theirs == [{"F": "full", "S": "shared"}[c] for c in pattern]
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_pattern_refused_where_transformers_differs(case):
+    _assert_refusal_matches_transformers(*MALFORMED[case])
+
+
+@given(layers=st.integers(1, 12), pattern=st.text(alphabet="FSfsx", max_size=14))
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_any_pattern_agrees_with_transformers_or_is_refused(layers, pattern):
+    theirs = _transformers_types(layers, pattern)
+    well_formed = not isinstance(theirs, KeyError) and len(theirs) == layers and theirs[0] == "full"
+    if well_formed:
+        ours = schedule_from_config({"num_hidden_layers": layers, "index_topk_pattern": pattern})
+        assert list(ours.indexer_types) == theirs
+    else:
+        _assert_refusal_matches_transformers(layers, pattern)
+
+
+def test_cli_factor_transformers_leaves_it_out_of_indexer_types():
+    """transformers 5.19 keeps cli_factor as a bare attribute and derives indexer_types without
+    it (the message of our refusal says so)."""
+    cfg = transformers.GlmMoeDsaConfig(num_hidden_layers=8, cli_factor=3)
+    assert cfg.cli_factor == 3 and cfg.indexer_types == ["full"] * 8
+    with pytest.raises(ScheduleError, match=r"transformers 5\.19 leaves it out of indexer_types"):
+        schedule_from_config(cfg)
+
+
 def test_offset_zero_transformers_accepts_we_reject():
     """transformers builds layer 0 as shared (its forward then fails); we refuse up front."""
     cfg = transformers.GlmMoeDsaConfig(

@@ -2,18 +2,23 @@
 
 Layer ``l`` of the main model is *full* (F: runs its lightning indexer) or *shared* (S: reuses the
 top-k of the nearest earlier full layer; its checkpoint carries no indexer weights). The pattern
-comes from the first of these config fields that is set (the order transformers >= 5.11 and
-SGLang use):
+comes from the first of these config fields that is set (the order transformers 5.19 and
+SGLang 0.5.23 use):
 
 1. ``indexer_types``: ``["full", "shared", ...]``, one entry per layer;
 2. ``index_topk_pattern``: ``"FFSS..."``, one letter per layer;
 3. ``index_topk_freq`` f (default 1) and ``index_skip_topk_offset`` o (default 2):
    layer ``l`` is full iff ``max(l - o + 1, 0) % f == 0``.
 
+``cli_factor`` (LongCat's field, which SGLang reads after 1 and before 2) is refused when it is
+on; :func:`schedule_from_config` says why.
+
 f=4, o=2 on 78 layers: full at 0, 1, 5, 9, ..., 77 (21 full); f=4, o=3: full at 0, 1, 2, 6, 10, ...
 
 NextN/MTP layers follow the main layers (indices ``num_layers`` to ``num_layers + num_nextn - 1``);
-they own indexer weights, reuse a carried top-k when there is one and compute otherwise.
+they own indexer weights, reuse a carried top-k when there is one and compute otherwise. A
+malformed pattern is refused with a message that says how SGLang would have read it
+(``_pattern``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from indexcache._pattern import SGLANG, check_entries
 from indexcache.errors import ScheduleError
 
 FULL = "full"
@@ -50,7 +56,7 @@ class IndexerSchedule:
     source: ScheduleSource = "index_topk_freq"
 
     def __post_init__(self) -> None:
-        _check_types(self.indexer_types, self.source)
+        check_entries(self.indexer_types, "indexer_types")
         _check_int(self.num_nextn_layers, "num_nextn_layers", minimum=0)
 
     # Constructors -----------------------------------------------------------------------------
@@ -77,33 +83,45 @@ class IndexerSchedule:
         return cls(types, num_nextn_layers, "index_topk_freq")
 
     @classmethod
-    def from_pattern(cls, pattern: str, *, num_nextn_layers: int = 0) -> IndexerSchedule:
-        """Build from ``"FFSS..."`` (one letter per layer, F = full, S = shared)."""
-        if not isinstance(pattern, str):
-            raise ScheduleError(
-                f"index_topk_pattern must be a string of 'F'/'S' letters; got "
-                f'{type(pattern).__name__} {pattern!r}. Fix: write it as e.g. "FFSSSF...".'
-            )
-        bad = sorted({c for c in pattern if c not in "FS"})
-        if bad:
-            raise ScheduleError(
-                f"index_topk_pattern may hold only 'F' (full) and 'S' (shared); found {bad} in "
-                f"{pattern!r}. Fix: use one F or S per layer."
-            )
-        types = tuple(FULL if c == "F" else SHARED for c in pattern)
-        return cls(types, num_nextn_layers, "index_topk_pattern")
+    def from_pattern(
+        cls, pattern: str, *, num_layers: int | None = None, num_nextn_layers: int = 0
+    ) -> IndexerSchedule:
+        """Build from ``"FFSS..."`` (one upper-case letter per layer, F = full, S = shared).
+
+        Args:
+            pattern: the ``index_topk_pattern`` string.
+            num_layers: the model's layer count; when given, the pattern must have that length.
+            num_nextn_layers: NextN/MTP layers after the main layers.
+
+        Raises:
+            ScheduleError: not a string, a letter other than F/S (lower case included), layer 0
+                shared, or a length other than ``num_layers``. Each message says what SGLang
+                0.5.23, which accepts all of these, would run instead.
+        """
+        return _pattern_schedule(pattern, num_layers, num_nextn_layers)
 
     @classmethod
     def from_indexer_types(
-        cls, indexer_types: Sequence[str], *, num_nextn_layers: int = 0
+        cls,
+        indexer_types: Sequence[str],
+        *,
+        num_layers: int | None = None,
+        num_nextn_layers: int = 0,
     ) -> IndexerSchedule:
-        """Build from transformers' ``indexer_types`` list (``"full"``/``"shared"`` per layer)."""
+        """Build from transformers' ``indexer_types`` list (``"full"``/``"shared"`` per layer).
+
+        Raises:
+            ScheduleError: not a list, an entry other than full/shared, layer 0 shared, or a
+                length other than ``num_layers`` (when given); the message says what SGLang
+                0.5.23 would run instead.
+        """
         if isinstance(indexer_types, str) or not isinstance(indexer_types, Sequence):
             raise ScheduleError(
                 f"indexer_types must be a list of 'full'/'shared'; got "
                 f"{type(indexer_types).__name__} {indexer_types!r}."
             )
-        return cls(tuple(indexer_types), num_nextn_layers, "indexer_types")
+        types = check_entries(indexer_types, "indexer_types", num_layers)
+        return cls(types, num_nextn_layers, "indexer_types")
 
     # Queries ----------------------------------------------------------------------------------
     @property
@@ -160,16 +178,33 @@ class IndexerSchedule:
         return layer
 
     def next_layer_reuses(self, layer: int) -> bool:
-        """Whether the layer after ``layer`` reuses the top-k that ``layer`` leaves in the carry.
+        """Whether a later layer of the same forward pass reuses the top-k ``layer`` computed.
 
-        True when the next main layer is shared, or when the next layer is a NextN layer (NextN
-        reuses the target's top-k whenever one is carried, and the next MTP step reuses NextN's).
+        For main layer ``l < num_layers - 1`` this is whether ``l + 1`` is shared: SGLang 0.5.23's
+        ``next_skip_topk``, which decides whether the attention hands its top-k to the next layer.
+        For a NextN layer it is whether another NextN layer follows in the same pass.
+
+        **The last main layer: always False.** Nothing in the target's forward pass comes after
+        it. SGLang 0.5.23 sets ``next_skip_topk`` there from ``dsa_layer_skips_topk(config,
+        num_layers)``: the freq formula (or ``cli_factor``) extended one layer past the model,
+        e.g. True for 78 layers, freq 2, offset 2, but False for the same schedule given as
+        ``index_topk_pattern`` or ``indexer_types`` (what transformers 5.19 hands SGLang for
+        every GLM-5 config). The value has no effect there: the model's forward keeps that top-k
+        only until it returns (it is passed on only to a next pipeline stage, which the last
+        layer does not have), and the NextN draft model is a separate forward whose carry starts
+        empty (its first pass computes) or holds NextN's own previous MTP step's top-k, never the
+        target's. Keeping it here would hold a ``[T, index_topk]`` int32 buffer (512 MiB at
+        T = 64K, index_topk 2048) for no reader. So the target's last top-k is not carried into
+        NextN: NextN computes on its first pass, as in SGLang; a runtime that does hand the
+        target's top-k to NextN seeds the carry with it (``TopkCarry.seed``). Later MTP steps
+        are new passes too: SGLang carries NextN's own top-k into them when the model sets
+        ``index_share_for_mtp_iteration``; here, seed it.
         """
         self._check_layer(layer)
         nxt = layer + 1
         if nxt < self.num_layers:
             return self.indexer_types[nxt] == SHARED
-        return nxt < self.num_layers + self.num_nextn_layers
+        return self.num_layers < nxt < self.num_layers + self.num_nextn_layers
 
     def _check_layer(self, layer: int) -> None:
         total = self.num_layers + self.num_nextn_layers
@@ -188,6 +223,14 @@ def schedule_from_config(
     Reads ``num_hidden_layers``, ``num_nextn_predict_layers`` (default 0) and the first set field of
     ``indexer_types`` > ``index_topk_pattern`` > ``index_topk_freq``/``index_skip_topk_offset``.
 
+    ``cli_factor`` c > 1 is refused by name. SGLang 0.5.23 reads it (LongCat's field) after
+    ``indexer_types`` and before the pattern: attention layer ``l`` is full iff ``l % c == 0``.
+    On LongCat, the model that ships it, those ids count two MLA sublayers per decoder layer
+    (``2 * layer + i``), which a schedule of one indexer per decoder layer cannot describe; on a
+    GLM config transformers 5.19 derives ``indexer_types`` without it, so SGLang ignores it; on a
+    DeepSeek-V3.2 config it means ``index_topk_freq=c, index_skip_topk_offset=1``, which the
+    message offers as the fix. Null and 1 mean off, as in SGLang.
+
     Args:
         config: a mapping or an object with attributes.
         strict: also require an explicit ``indexer_types`` to equal what the pattern (or else
@@ -195,8 +238,9 @@ def schedule_from_config(
             pattern overriding freq/offset is documented behaviour, not a conflict.
 
     Raises:
-        ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, or (strict) the
-            fields disagree.
+        ScheduleError: a field is malformed, lengths disagree, layer 0 is shared, ``cli_factor``
+            is on, or (strict) the fields disagree. A pattern is checked even where
+            ``indexer_types`` decides.
     """
     num_layers = _get(config, "num_hidden_layers")
     _check_int(num_layers, "num_hidden_layers", minimum=1)
@@ -205,19 +249,17 @@ def schedule_from_config(
     _check_int(nextn, "num_nextn_predict_layers", minimum=0)
     explicit = None
     if (types := _get(config, "indexer_types")) is not None:
-        explicit = IndexerSchedule.from_indexer_types(types, num_nextn_layers=nextn)
+        explicit = IndexerSchedule.from_indexer_types(
+            types, num_layers=num_layers, num_nextn_layers=nextn
+        )
+    _refuse_cli_factor(_get(config, "cli_factor"))
     derived = None
     freq, offset = _get(config, "index_topk_freq"), _get(config, "index_skip_topk_offset")
     if (pattern := _get(config, "index_topk_pattern")) is not None:
-        derived = IndexerSchedule.from_pattern(pattern, num_nextn_layers=nextn)
+        first = "indexer_types" if explicit else None
+        derived = _pattern_schedule(pattern, num_layers, nextn, overridden_by=first)
     elif explicit is None or strict:
         derived = IndexerSchedule.from_freq(num_layers, freq, offset, num_nextn_layers=nextn)
-    for cand in (explicit, derived):
-        if cand is not None and cand.num_layers != num_layers:
-            raise ScheduleError(
-                f"{cand.source} has {cand.num_layers} entries but num_hidden_layers is "
-                f"{num_layers}. Fix: give exactly one entry per layer."
-            )
     stale = strict and explicit is not None and derived is not None
     if stale and explicit.indexer_types != derived.indexer_types:  # type: ignore[union-attr]
         detail = f" (freq={freq}, offset={offset})" if derived.source == "index_topk_freq" else ""
@@ -231,37 +273,57 @@ def schedule_from_config(
     return chosen
 
 
+def _pattern_schedule(
+    pattern: Any, num_layers: int | None, nextn: int, *, overridden_by: str | None = None
+) -> IndexerSchedule:
+    if not isinstance(pattern, str):
+        raise ScheduleError(
+            f"index_topk_pattern must be a string of 'F'/'S' letters; got "
+            f'{type(pattern).__name__} {pattern!r}. Fix: write it as e.g. "FFSSSF...".'
+        )
+    types = check_entries(pattern, "index_topk_pattern", num_layers, overridden_by=overridden_by)
+    return IndexerSchedule(types, nextn, "index_topk_pattern")
+
+
+def _refuse_cli_factor(value: Any) -> None:
+    """Refuse ``cli_factor`` unless it is off (null or 1); see :func:`schedule_from_config`."""
+    if value is None or (value == 1 and not isinstance(value, bool)):
+        return
+    _check_int(value, "cli_factor", minimum=1)
+    raise ScheduleError(
+        f"cli_factor={value} is not supported. {SGLANG} reads it (LongCat's field) ahead of "
+        f"index_topk_pattern and index_topk_freq: attention layers 0, {value}, {2 * value}, ... "
+        f"run their indexer. On LongCat those ids count two MLA sublayers per decoder layer, "
+        f"which this per-layer schedule does not model; on a GLM config transformers 5.19 leaves "
+        f"it out of indexer_types, which SGLang reads first. Fix: remove cli_factor (null or 1 "
+        f"is off); on a GLM or DeepSeek-V3.2 model index_topk_freq={value} with "
+        f"index_skip_topk_offset=1 gives the same full layers."
+    )
+
+
 def _get(config: Mapping[str, Any] | Any, key: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(key)
     return getattr(config, key, None)
 
 
+# Per-field advice appended to an out-of-range integer's message.
+_INT_FIX = {
+    "index_topk_freq": " Fix: 1 means every layer runs its indexer.",
+    "index_skip_topk_offset": (
+        " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
+    ),
+    "cli_factor": " Fix: remove it (null or 1 is off); cli_factor is not supported.",
+}
+
+
 def _check_int(value: Any, name: str, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        sglang = ""
+        if name == "cli_factor" and isinstance(value, int) and not isinstance(value, bool):
+            sglang = f" {SGLANG} stops on it with AssertionError 'cli_factor must be positive'."
         raise ScheduleError(
             f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}."
-            + (" Fix: 1 means every layer runs its indexer." if name == "index_topk_freq" else "")
-            + (
-                " Fix: offset <= 0 would make layer 0 shared with nothing to reuse; default 2."
-                if name == "index_skip_topk_offset"
-                else ""
-            )
-        )
-
-
-def _check_types(types: tuple[str, ...], name: str) -> None:
-    if not types:
-        raise ScheduleError(f"{name} is empty; a model has at least one layer.")
-    bad = sorted({repr(t) for t in types if t not in (FULL, SHARED)})
-    if bad:
-        raise ScheduleError(
-            f"{name} may hold only 'full' and 'shared'; found {', '.join(bad)}. "
-            f"Fix: one 'full' or 'shared' per layer."
-        )
-    if types[0] != FULL:
-        first = "'S'" if name == "index_topk_pattern" else repr(types[0])
-        raise ScheduleError(
-            f"{name}[0] is {first}; layer 0 must be 'full' (F): a shared layer reuses the top-k "
-            f"of an earlier full layer and layer 0 has none. Fix: start the pattern with F."
+            + sglang
+            + _INT_FIX.get(name, "")
         )

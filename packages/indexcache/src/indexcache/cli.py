@@ -80,12 +80,9 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:
             raise _UsageError("--pattern replaces --freq/--offset; give one or the other.")
-        if args.layers is not None and args.layers != len(args.pattern):
-            raise _UsageError(
-                f"--pattern has {len(args.pattern)} letters but --layers is {args.layers}; "
-                f"give one letter per layer."
-            )
-        sched = IndexerSchedule.from_pattern(args.pattern, num_nextn_layers=_nextn(args.nextn))
+        sched = IndexerSchedule.from_pattern(
+            args.pattern, num_layers=args.layers, num_nextn_layers=_nextn(args.nextn)
+        )
         return sched, IndexerDims(), f"index_topk_pattern={args.pattern}"
     if args.layers is None:
         raise _UsageError("give --layers (with --freq/--offset), --pattern, or --config.")
@@ -170,7 +167,8 @@ def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
     lines.append(f"shared layers: {r['num_shared']} (reuse the nearest earlier full layer's top-k)")
     if r["num_nextn_layers"]:
         lines.append(
-            f"NextN layers: {r['num_nextn_layers']} (reuse the carried top-k; compute when none is)"
+            f"NextN layers: {r['num_nextn_layers']} (compute on the first pass; reuse the previous "
+            f"MTP step's top-k when it is carried)"
         )
     lines.append(
         f"indexer FLOPs saved: {100 * r['indexer_flops_saved_fraction']:.1f}% "
