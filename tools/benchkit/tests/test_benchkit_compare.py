@@ -43,3 +43,14 @@ def test_cli_exit_codes(tmp_path, capsys):
     new.write_text(json.dumps({"benchmark": "t", "rows": OLD[:2]}))
     assert main(["compare", str(old), str(new)]) == 1
     assert "old row 2 not preserved" in capsys.readouterr().out
+
+
+def test_cli_ignores_fields_rewritten_on_purpose(tmp_path, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps([{**OLD[2], "command": "run --out /scratch/x"}]))
+    new.write_text(json.dumps([{**OLD[2], "command": "run --out $OUT"}]))
+    assert main(["compare", str(old), str(new)]) == 1
+    assert main(["compare", "--ignore", "command", str(old), str(new)]) == 0
+    assert capsys.readouterr().out.endswith("(ignoring command)\n")
+    new.write_text(json.dumps([{**OLD[2], "command": "run --out $OUT", "p50": 3.0}]))
+    assert main(["compare", "--ignore", "command", str(old), str(new)]) == 1  # values still count

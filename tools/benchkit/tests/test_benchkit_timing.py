@@ -77,14 +77,28 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def test_cuda_event_times(mode, flush_l2):
     a = torch.randn(1024, 1024, device="cuda")
     kwargs = {"reps": 7} if mode == "reps" else {"budget_s": 0.01, "warmup_s": 0.002}
-    samples = cuda_event_times(lambda: a @ a, flush_l2=flush_l2, **kwargs)
-    assert len(samples) == 7 if mode == "reps" else len(samples) >= 1
+    fn = Counter()
+
+    def work():
+        fn()
+        return a @ a
+
+    samples = cuda_event_times(work, flush_l2=flush_l2, warmup=0, **kwargs)
     assert all(s > 0 for s in samples)
+    if mode == "reps":  # warmup=0: exactly the timed calls, nothing untimed
+        assert len(samples) == 7 and fn.calls == 7
 
 
-def test_cuda_event_times_needs_one_count():
-    with pytest.raises(ValueError, match="exactly one of reps= and budget_s="):
-        cuda_event_times(Counter(), reps=3, budget_s=1.0)
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"reps": 3, "budget_s": 1.0}, "exactly one of reps= and budget_s="),
+    ({}, "exactly one of reps= and budget_s="),
+    ({"reps": 0}, "reps=0"), ({"reps": 2, "warmup": -1}, "warmup=-1"),
+])  # fmt: skip
+def test_cuda_event_times_checks_its_counts_before_any_call(kwargs, match):
+    fn = Counter()
+    with pytest.raises(ValueError, match=match):
+        cuda_event_times(fn, **kwargs)
+    assert fn.calls == 0
 
 
 @pytest.mark.gpu

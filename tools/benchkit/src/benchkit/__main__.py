@@ -17,10 +17,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     cmp.add_argument("old", help="the record before (e.g. from `git show REV:path > old.json`)")
     cmp.add_argument("new", help="the record after")
+    cmp.add_argument(
+        "--ignore", action="append", default=[], metavar="FIELD",
+        help="a field not compared (a path rewritten on purpose); repeatable",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    old, new = read_rows(args.old), read_rows(args.new)
+    drop = set(args.ignore)
+    old, new = ([{k: v for k, v in r.items() if k not in drop} for r in read_rows(path)]
+                for path in (args.old, args.new))  # fmt: skip
     lost = lost_rows(old, new)
-    print("\n".join(lost) if lost else f"all {len(old)} rows of {args.old} are in {args.new}")
+    ignored = f" (ignoring {', '.join(sorted(drop))})" if drop else ""
+    done = f"all {len(old)} rows of {args.old} are in {args.new}{ignored}"
+    print("\n".join(lost) if lost else done)
     return 1 if lost else 0
 
 

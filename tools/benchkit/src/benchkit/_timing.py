@@ -101,7 +101,8 @@ def cuda_event_times(
     Args:
         reps: samples to take; or
         budget_s: time about this long in total (the count comes from a 5-call estimate).
-        warmup: untimed calls first; ``warmup_s`` instead warms up for about that long.
+        warmup: untimed calls first (0: the first call is timed too); ``warmup_s`` instead warms
+            up for about that long.
         flush_l2: zero :data:`L2_FLUSH_BYTES` before each call, so every call starts with a cold
             L2 (the zeroing lies outside the events).
     """
@@ -109,15 +110,17 @@ def cuda_event_times(
 
     if (reps is None) == (budget_s is None):
         raise ValueError("pass exactly one of reps= and budget_s=")
+    _positive("reps", 1 if reps is None else reps)
+    _positive("warmup", warmup, least=0)
     cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
 
     def flush() -> None:
         if cache is not None:
             cache.zero_()
 
-    fn()
-    torch.cuda.synchronize()
     if budget_s is not None or warmup_s is not None:
+        fn()  # first call (lazy init, compilation) kept out of the estimate
+        torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(5):
@@ -128,10 +131,10 @@ def cuda_event_times(
         estimate_s = max(start.elapsed_time(end) / 5 * 1e-3, 1e-9)
         reps = reps if budget_s is None else max(1, int(budget_s / estimate_s))
         warmup = warmup if warmup_s is None else max(1, int(warmup_s / estimate_s))
-    assert reps is not None
-    _positive("reps", reps)
+    assert reps is not None  # given, or computed from budget_s above
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
     events = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(reps)
