@@ -1,7 +1,7 @@
 """One-time conversion of the records written before benchkit (run once, 2026-12-01).
 
-Kept so the conversion can be audited; nothing runs it again. It changes two records, and no
-measured value in either:
+Kept so the conversion can be audited; nothing runs it again. It changes three records, and no
+measured value in any:
 
 - ``cpkv-kernels.json`` was ``{"env", "summary", "rows"}``. ``env`` repeats fields every row
   already carries (checked equal here), and ``summary.goals`` is derived from the rows (checked
@@ -10,6 +10,12 @@ measured value in either:
   ``op="copy_ceiling"``, ``tbps`` as measured; its time was not recorded, so ``p50`` is None.
 - ``govctl.json`` rows gain ``"warmup": 2``: the untimed runs per cell, the script's default
   then, which its recorded command did not override (the old ``govctl.md`` said so in prose).
+
+- ``indexcache.json`` H200 rows: ``command`` names the GPU box's scratch folder
+  (``/root/out/r/ic/indexcache``); it is written ``$OUT/indexcache``, as the record's ``.md`` has
+  shown it since the run, so the re-rendered table says the same and names no path outside the
+  repository. Not a measurement; ``python -m benchkit compare --ignore command`` shows nothing
+  else changed.
 
 Every other record reads as it is (a bare list of rows is a record); re-rendering writes it as
 ``{"benchmark", "rows"}``. Usage: ``python tools/benchkit/scripts/convert_legacy_records.py``.
@@ -60,6 +66,16 @@ def convert_govctl(path: Path) -> None:
     print(f"{path.name}: warmup = 2 added to {len(rows)} rows")
 
 
+def convert_indexcache(path: Path) -> None:
+    scratch = "/root/out/r/ic/indexcache"
+    rows = benchkit.read_rows(path)
+    renamed = [{**r, "command": r["command"].replace(scratch, "$OUT/indexcache")} for r in rows]
+    changed = sum(a != b for a, b in zip(rows, renamed, strict=True))
+    benchkit.write_record(path, "indexcache", renamed)
+    print(f"{path.name}: {scratch} -> $OUT/indexcache in the command of {changed} rows")
+
+
 if __name__ == "__main__":
     convert_kernels(DOCS / "cpkv-kernels.json")
     convert_govctl(DOCS / "govctl.json")
+    convert_indexcache(DOCS / "indexcache.json")
