@@ -78,10 +78,9 @@ def copy_ceiling(dev: str, env: dict) -> dict:
     }  # fmt: skip
 
 
-def measure(size: str, dev: str, env: dict) -> list[dict]:
+def measure(size: str, dev: str, ops: dict, env: dict) -> list[dict]:
     """One row per (op, case, provider, timing mode), plus the copy ceiling's row."""
     torch.manual_seed(0)
-    ops = load_ops(dev)
     rows = [copy_ceiling(dev, env)]
     for op, case, meta, setup in cases(size, dev):
         try:
@@ -278,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --device cpu needs TRITON_INTERPRET=1 set for the run", file=sys.stderr)
         return 2
     size = args.size or ("quick" if args.quick else "full" if cuda else "tiny")
+    ops = load_ops(args.device)  # imports cpkv_kernels, whose version the env records
     env = benchkit.capture_env(device=args.device, package="cpkv-kernels")
-    rows = measure(size, args.device, env)
+    rows = measure(size, args.device, ops, env)
     REPORT.publish(rows, args.out, md=args.md)
     ceiling = copy_tbps(rows)
     print(f"{env['gpu_name'] or env['cpu']} torch {env['torch']} triton {env['triton']} | "

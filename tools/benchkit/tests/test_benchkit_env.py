@@ -43,6 +43,8 @@ def test_package_version_without_metadata_comes_from_the_imported_module(monkeyp
     monkeypatch.setitem(sys.modules, "not_installed_pkg", mod)
     assert capture_env(package="not-installed-pkg")["pkg_version"] == "9.9 (checkout)"
     assert capture_env(package="nowhere-pkg")["pkg_version"] == "unknown (not installed)"
+    monkeypatch.setitem(sys.modules, "unversioned_pkg", type(sys)("unversioned_pkg"))
+    assert capture_env(package="unversioned-pkg")["pkg_version"] == "unknown (checkout)"
 
 
 def test_a_benchmark_without_torch_does_not_import_it():

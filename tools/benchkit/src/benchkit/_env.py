@@ -151,5 +151,7 @@ def _package_version(dist: str) -> str:
     if found:
         return found
     module = sys.modules.get(dist.replace("-", "_"))
+    if module is None:
+        return "unknown (not installed)"
     version = getattr(module, "__version__", None)
-    return f"{version} (checkout)" if version else "unknown (not installed)"
+    return f"{version} (checkout)" if version else "unknown (checkout)"
