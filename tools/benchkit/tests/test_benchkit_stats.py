@@ -62,3 +62,17 @@ def test_to_scales_seconds_into_the_row_unit():
     assert set(UNITS) == {"s", "ms", "us"}
     with pytest.raises(ValueError, match="unit 'ns' is not one of"):
         q.to("ns")
+
+
+@pytest.fixture(scope="module")
+def triton_quantile():
+    """triton.testing's quantile helper, which do_bench's ``quantiles=`` uses."""
+    return pytest.importorskip("triton.testing")._quantile
+
+
+@given(st.lists(finite, min_size=1, max_size=60))
+def test_agrees_with_triton_do_bench_quantiles(triton_quantile, samples):
+    """The kernels' eager timing used triton's do_bench quantiles: the same definition."""
+    got = quantiles(samples)
+    want = triton_quantile(samples, [0.5, 0.2, 0.8])
+    assert (got.p50, got.p20, got.p80) == pytest.approx(tuple(want), rel=1e-9, abs=1e-6)
