@@ -10,61 +10,45 @@ measured device copy.
     PYTHONPATH=packages/cpkv-runtime/src python3 packages/cpkv-runtime/benchmarks/bench_runtime.py \
         --device cuda --out docs/benchmarks
 
-Writes ``<out>/cpkv-runtime.json`` (rows of other devices from ``--merge`` are kept) and
-``<out>/cpkv-runtime.png`` (skipped with a note when matplotlib is missing).
+Merges its rows into ``<out>/cpkv-runtime.json``: the rows of ``--merge`` (default: that JSON)
+are kept unless this run measured them again (same device, op, case, provider and row width).
+Draws ``<out>/cpkv-runtime.png`` (skipped with a note when matplotlib is missing) and, with
+``--md``, rewrites that record's generated tables. ``--render`` does the writing alone, from the
+JSON, without measuring.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
+import benchkit
 import cpkv_runtime as cr
 import torch
+from _report import REPORT, print_table
 
 P = 64
 WIDTHS = {1152: (torch.bfloat16, 576), 656: (torch.uint8, 656), 132: (torch.uint8, 132)}
 K, M = 1024, 1024 * 1024
 
 
-def quantiles(samples: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(samples, n=10, method="inclusive")  # deciles
-    return statistics.median(samples), q[1], q[7]  # p50, p20, p80
-
-
-def measure(fn: Callable[[], object], device: torch.device, reps: int) -> list[float]:
-    """Microseconds per call, one sample per repetition, after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    samples = []
+def measure(fn: Callable[[], object], device: torch.device, reps: int) -> dict[str, object]:
+    """p50/p20/p80 in us of ``reps`` calls after two warm-up calls: CUDA events per call on a
+    GPU, the wall clock on CPU."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
-        for _ in range(reps):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1e3)
+        samples = benchkit.cuda_event_times(fn, reps=reps, warmup=2)
     else:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
-    return samples
+        samples = benchkit.wall_times(fn, reps=reps, warmup=2)
+    return benchkit.quantiles(samples).to("us")
 
 
 def copy_bandwidth(device: torch.device, nbytes: int, reps: int) -> float:
     """Measured device-to-device copy bandwidth in bytes/s (read + write counted)."""
     src = torch.empty(nbytes // 8, dtype=torch.int64, device=device).random_()
     dst = torch.empty_like(src)
-    p50, _, _ = quantiles(measure(lambda: dst.copy_(src), device, reps))
+    p50 = measure(lambda: dst.copy_(src), device, reps)["p50"]
     return 2 * nbytes / (p50 * 1e-6)
 
 
@@ -111,17 +95,14 @@ class Recorder:
 
     def __call__(self, op: str, case: dict, fns: dict[str, Callable], moved: int, **extra) -> None:
         for provider, fn in fns.items():
-            p50, p20, p80 = quantiles(measure(fn, self.device, self.args.reps))
-            rate = moved / (p50 * 1e-6) if moved else None
+            q = measure(fn, self.device, self.args.reps)
+            rate = moved / (q["p50"] * 1e-6) if moved else None
             self.rows.append(
                 {
                     "op": op,
                     "provider": provider,
                     **case,
-                    "p50": p50,
-                    "p20": p20,
-                    "p80": p80,
-                    "unit": "us",
+                    **q,
                     "bytes_moved": moved,
                     "gbps": rate / 1e9 if rate else None,
                     "copy_fraction": rate / self.copy_bw if rate else None,
@@ -219,12 +200,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU run)")
     p.add_argument("--out", default="docs/benchmarks", help="directory for JSON + PNG")
-    p.add_argument("--merge", help="existing JSON whose rows of other devices are kept")
+    p.add_argument("--merge", help="JSON whose rows not measured again are kept (default: --out's)")
+    p.add_argument("--md", help="record whose generated tables are rewritten")
+    p.add_argument("--render", action="store_true", help="write JSON, PNG, --md without measuring")
     p.add_argument("--providers", default="torch,triton,cuda")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (20; quick: 15)")
     p.add_argument("--max-gib", type=float, help="memory cap per case (48; quick: 2)")
     p.add_argument("--threads", type=int, help="CPU intra-op threads (default: torch's choice)")
-    p.add_argument("--plot-only", action="store_true", help="re-plot --merge into --out")
     args = p.parse_args(argv)
     args.providers = [s.strip() for s in args.providers.split(",") if s.strip()]
     args.widths = sorted(WIDTHS, reverse=True)
@@ -240,12 +222,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import _report
-
     args = parse_args(argv)
-    out_dir = Path(args.out)
-    if args.plot_only:
-        _report.plot(json.loads(Path(args.merge).read_text())["rows"], out_dir / "cpkv-runtime.png")
+    if args.render:
+        REPORT.publish([], args.out, md=args.md, recorded=args.merge)
         return
     device = torch.device(args.device)
     if args.threads:
@@ -259,10 +238,12 @@ def main(argv: list[str] | None = None) -> None:
     for bsz, tokens in cases(args):
         run_case(rec, bsz, tokens, g)
     run_dedup(rec)
-    meta = _report.metadata(device, copy_bw, " ".join([Path(sys.executable).name, *sys.argv]))
+    env = benchkit.capture_env(device=args.device, package="cpkv-runtime")
+    meta = {"device": device.type, **env, "copy_bw_gbps": copy_bw / 1e9}
     rows = [{**meta, **r} for r in rows]
-    _report.print_table(rows)
-    _report.write(rows, out_dir, args.merge, meta["device"])
+    print_table(rows)
+    REPORT.publish(rows, args.out, md=args.md, recorded=args.merge)
+    print(f"wrote {REPORT.json_path(args.out)}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,13 @@ Usage (on a GPU host with sgl-deep-gemm installed)::
 
     B=packages/deepgemm-compat/benchmarks/bench_warmup.py
     python3 $B --out $OUT --variants cp_aware --budget-s 200   # then --variants sglang
-    python3 $B --report DIR1,DIR2 --out docs/benchmarks          # merge, write md/json/png
+    python3 $B --report DIR1,DIR2 --out docs/benchmarks --md docs/benchmarks/deepgemm-compat.md
+    python3 $B --render --md docs/benchmarks/deepgemm-compat.md  # redraw from the JSON alone
+
+``--report`` merges the runs' ``warmup_*.json`` and the facade GPU tests' ``gpu_results*.json``
+(``DGC_GPU_RESULTS``) into ``<out>/deepgemm-compat.json``: rows of other devices, cases and
+providers already there are kept. It then draws ``deepgemm-compat.png`` and, with ``--md``,
+rewrites the record's generated tables (warmup plan, facade accuracy, one per warmup case).
 """
 
 from __future__ import annotations
@@ -18,19 +24,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import benchkit
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
+NAME = "deepgemm-compat"
 VARIANTS = {"sglang": "before", "cp_aware": "after"}
 # What the parent passes on to each variant's process.
 CHILD_ARGS = ("chunked", "cp", "split", "shapes", "ep", "budget_s")
+COLORS = {"sglang": "tab:gray", "cp_aware": "tab:blue"}
+PLAN_CASES = ((65536, 8), (32768, 8), (16384, 8), (8192, 8), (65536, 4))
 
 
 def _count_kernels(cache: Path) -> int:
@@ -40,7 +49,6 @@ def _count_kernels(cache: Path) -> int:
 def child(args: argparse.Namespace) -> None:
     """One variant, in a fresh process whose DG_JIT_CACHE_DIR was set by the parent."""
     import deepgemm_compat as dgc
-    import torch
     from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup, run_warmup
 
     dgc.load()
@@ -55,23 +63,21 @@ def child(args: argparse.Namespace) -> None:
         kernels_at_sample.append(_count_kernels(cache))
         print(f"[{args.variant}] {line}, {kernels_at_sample[-1]} kernels", flush=True)
 
-    t0 = time.perf_counter()
-    run = run_warmup(
-        plan,
-        grid=VARIANTS[args.variant],
-        budget_s=args.budget_s,
-        progress=progress,
-        progress_every_s=5.0,
+    run, wall = benchkit.timed(
+        lambda: run_warmup(
+            plan,
+            grid=VARIANTS[args.variant],
+            budget_s=args.budget_s,
+            progress=progress,
+            progress_every_s=5.0,
+        )
     )
-    wall = time.perf_counter() - t0
+    env = benchkit.capture_env(device="cuda", package="deepgemm-compat")
     doc = {
         "op": "deepgemm_warmup",
         "provider": args.variant,
         "case": f"{args.shapes} chunked={args.chunked} cp={args.cp}",
-        "p50": wall,
-        "p20": wall,
-        "p80": wall,
-        "unit": "s",
+        **benchkit.quantiles([wall]).to("s"),  # one run: p20 = p50 = p80
         "wall_s": wall,
         "calls_planned": sum(s.planned for s in run.shapes),
         "calls_executed": run.executed,
@@ -82,26 +88,12 @@ def child(args: argparse.Namespace) -> None:
             [round(t, 2), calls, kernels]
             for (t, calls), kernels in zip(run.timeline, kernels_at_sample, strict=True)
         ],
-        "gpu_name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        **env,
         "sgl_deep_gemm": str(dgc.surface().version),
-        "pkg_version": _pkg_version(),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "command": " ".join(sys.argv),
         "dense_m_max": plan.dense_m_max,
         "m_max": plan.m_max,
     }
     Path(args.json).write_text(json.dumps(doc, indent=1))
-
-
-def _pkg_version() -> str:
-    import importlib.metadata as md
-
-    try:
-        return md.version("deepgemm-compat")
-    except md.PackageNotFoundError:
-        return "src"
 
 
 def parent(args: argparse.Namespace) -> list[dict]:
@@ -127,160 +119,146 @@ def parent(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def facade_rows(doc: dict) -> list[dict]:
+    """The facade GPU tests' ``gpu_results.json`` (``DGC_GPU_RESULTS``) as record rows, one per
+    checked op and case, for the wheel the tests ran on."""
+    wheel = doc["sgl_deep_gemm"]
+    env = {"gpu_name": doc["gpu"], "torch": doc["torch"], "sgl_deep_gemm": wheel}
+    return [
+        {"op": row["op"], "provider": f"facade/sgl-deep-gemm {wheel}", "case": str(row["case"]),
+         "kind": "gpu_test_accuracy",
+         **{k: v for k, v in row.items() if k not in ("op", "case")},
+         **env, "timestamp": doc["timestamp"]}
+        for row in doc["rows"]
+    ]  # fmt: skip
+
+
 def _grid_max(r: dict) -> int:
     return r["dense_m_max"] if r["provider"] == "cp_aware" else r["m_max"]
 
 
-def _by_case(rows: list[dict]) -> dict[str, list[dict]]:
-    cases: dict[str, list[dict]] = {}
+def _warmup_by_case(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(device, case) -> its warmup rows, SGLang's grid first."""
+    out: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        cases.setdefault(r["case"], []).append(r)
-    return cases
+        if r["op"] == "deepgemm_warmup":
+            out.setdefault((benchkit.device_label(r), r["case"]), []).append(r)
+    order = list(VARIANTS)
+    return {k: sorted(v, key=lambda r: order.index(r["provider"])) for k, v in out.items()}
 
 
-def report(rows: list[dict], out: Path) -> None:
-    """Print the side-by-side table; write deepgemm-compat.json and .png (a row per case)."""
-    if not rows:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    print(
-        f"{'case':<58} | {'variant':<8} | {'m_max':>6} | {'calls':>15} | {'kernels':>7} | "
-        f"{'wall s':>7} | truncated"
-    )
-    for r in rows:
-        calls = f"{r['calls_executed']}/{r['calls_planned']}"
-        print(
-            f"{r['case']:<58} | {r['provider']:<8} | {_grid_max(r):>6} | "
-            f"{calls:>15} | {r['kernels_compiled']:>7} | {r['wall_s']:>7.1f} | {r['truncated']}"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "deepgemm-compat.json").write_text(json.dumps(rows, indent=1))
-    colors = {"sglang": "tab:gray", "cp_aware": "tab:blue"}
-    cases = _by_case(rows)
-    fig, axes = plt.subplots(len(cases), 2, figsize=(10, 3.6 * len(cases)), squeeze=False)
-    for (case, case_rows), (ax_calls, ax_kernels) in zip(cases.items(), axes, strict=True):
-        for r in case_rows:
-            tl = r.get("timeline") or [[r["wall_s"], r["calls_executed"], r["kernels_compiled"]]]
-            t = [0.0] + [p[0] for p in tl]
-            c = colors.get(r["provider"])
-            label = f"{r['provider']}: {r['calls_planned']} calls, {r['wall_s']:.0f} s"
-            ax_calls.plot(t, [0] + [p[1] for p in tl], color=c, label=label)
-            ax_calls.axhline(r["calls_planned"], color=c, ls=":", lw=0.8)
-            ax_kernels.plot(t, [0] + [p[2] for p in tl], color=c, label=r["provider"])
-        ax_calls.set_yscale("symlog", linthresh=100)
-        ax_calls.set_ylim(bottom=0)
-        ax_calls.set_ylabel("warmup calls done (dotted: planned)")
-        ax_kernels.set_ylabel("kernels JIT-compiled")
-        ax_calls.set_title(case, fontsize=8)
-        ax_kernels.set_title(case_rows[0]["gpu_name"] + ", cold JIT cache", fontsize=8)
-        for ax in (ax_calls, ax_kernels):
-            ax.set_xlabel("seconds since warmup start")
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "deepgemm-compat.png", dpi=120)
+def print_table(rows: list[dict]) -> None:
+    """The warmup runs side by side on the console."""
+    head = ["case", "variant", "m_max", "calls", "kernels", "wall s", "truncated"]
+    lines = [
+        [r["case"], r["provider"], _grid_max(r), f"{r['calls_executed']}/{r['calls_planned']}",
+         r["kernels_compiled"], f"{r['wall_s']:.1f}", r["truncated"]]
+        for case_rows in _warmup_by_case(rows).values() for r in case_rows
+    ]  # fmt: skip
+    print(benchkit.text_table(head, lines))
 
 
-def calls_at(r: dict, seconds: float) -> tuple[int, int]:
-    """(calls, kernels) a run had reached by ``seconds``, from its timeline samples."""
-    calls = kernels = 0
-    for t, c, k in r.get("timeline", []):
-        if t > seconds + 0.01:  # samples are rounded to 10 ms
-            break
-        calls, kernels = c, k
-    return calls, kernels
-
-
-def write_markdown(rows: list[dict], gpu: list[dict], out: Path) -> None:
-    """docs/benchmarks/deepgemm-compat.md from the run's JSON (warmup + GPU test figures)."""
+def plan_table() -> str:
+    """SGLang's full warmup grid against the CP-aware one, exact from the planner."""
     from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup
 
-    lines = [
-        "# deepgemm-compat on the H200",
-        "",
-        "## CP-aware warmup plan (exact, from the planner)",
-        "",
-        "GLM-5.1 on one rank (attention TP 1, EP 8, MoE contiguous), SGLang's full warmup grid:",
-        "",
-        "| chunked | CP | split | dense m_max | warmup calls before | after |",
-        "|---|---|---|---|---|---|",
-    ]
-    for chunked, cp in ((65536, 8), (32768, 8), (16384, 8), (8192, 8), (65536, 4)):
+    lines = []
+    for chunked, cp in PLAN_CASES:
         plan = plan_warmup(glm51_shapes(), chunked, CPSetup(cp, "zigzag"))
-        lines.append(
-            f"| {chunked} | {cp} | zigzag | {plan.m_max} -> {plan.dense_m_max} | "
-            f"{plan.before_total} | {plan.after_total} |"
-        )
-    lines += ["", "## Cold-cache warmup on the GPU", ""]
-    if not rows:
-        lines += [
-            "Not run yet: see the package README for the command; "
-            "`bench_warmup.py --report` rewrites this file from the run's JSON."
-        ]
-    for case, case_rows in _by_case(rows).items():
-        r0 = case_rows[0]
-        lines += [
-            f"### {case}",
-            "",
-            f"{r0['gpu_name']}, torch {r0['torch']}, sgl-deep-gemm {r0['sgl_deep_gemm']}, "
-            f"{r0['timestamp']}. Command: `{r0['command']}`.",
-            "",
-            "| grid | M grid up to | warmup calls (done/planned) | kernels compiled | wall s "
-            "| truncated |",
-            "|---|---|---|---|---|---|",
-        ]
+        lines.append([chunked, cp, "zigzag", f"{plan.m_max} -> {plan.dense_m_max}",
+                      plan.before_total, plan.after_total])  # fmt: skip
+    head = ["chunked", "CP", "split", "dense m_max", "warmup calls before", "after"]
+    return benchkit.markdown_table(head, lines)
+
+
+def warmup_tables(case_rows: list[dict]) -> str:
+    """One case's runs: a line per grid, then (for more than one shape) a line per grid and
+    shape."""
+    runs = benchkit.markdown_table(
+        ["grid", "M grid up to", "warmup calls (done/planned)", "kernels compiled", "wall s",
+         "truncated"],
+        [[r["provider"], _grid_max(r), f"{r['calls_executed']}/{r['calls_planned']}",
+          r["kernels_compiled"], f"{r['wall_s']:.1f}", r["truncated"]] for r in case_rows],
+    )  # fmt: skip
+    shapes = benchkit.markdown_table(
+        ["grid", "shape", "kernel", "Ms done/planned", "s"],
+        [[r["provider"], s["name"], s["kernel"], f"{s['executed']}/{s['planned']}",
+          f"{s['seconds']:.1f}"] for r in case_rows for s in r["per_shape"]],
+    )  # fmt: skip
+    return f"{runs}\n\n{shapes}" if any(len(r["per_shape"]) > 1 for r in case_rows) else runs
+
+
+def facade_table(rows: list[dict]) -> str:
+    """calc_diff and max_rel_err of every facade check, the wheels side by side."""
+    checked = [r for r in rows if r.get("kind") == "gpu_test_accuracy" and "calc_diff" in r]
+    wheels = list(dict.fromkeys(r["sgl_deep_gemm"] for r in checked))
+    at = {(r["op"], r["case"], r["sgl_deep_gemm"]): r for r in checked}
+    head = ["op", "case"]
+    for w in wheels:
+        head += [f"calc_diff {w}", f"max_rel_err {w}"]
+    lines = []
+    for op, case in dict.fromkeys((r["op"], r["case"]) for r in checked):
+        cells = [op, case]
+        for w in wheels:
+            r = at.get((op, case, w))
+            cells += [f"{r['calc_diff']:.2e}", f"{r['max_rel_err']:.2e}"] if r else ["-", "-"]
+        lines.append(cells)
+    return benchkit.markdown_table(head, lines, align="ll" + "rr" * len(wheels))
+
+
+def sections(rows: list[dict]) -> dict[str, str]:
+    out = {f"{NAME} plan": plan_table()}
+    for dev in dict.fromkeys(benchkit.device_label(r) for r in rows if "calc_diff" in r):
+        mine = [r for r in rows if benchkit.device_label(r) == dev]
+        out[f"{NAME} {dev} facade"] = facade_table(mine)
+    for (dev, case), case_rows in _warmup_by_case(rows).items():
+        out[f"{NAME} {dev} warmup {case}"] = warmup_tables(case_rows)
+    return out
+
+
+def figure(rows: list[dict]) -> benchkit.Figure:
+    """Per warmup case: calls done and kernels compiled against time, a line per grid."""
+    panels = []
+    for (dev, case), case_rows in _warmup_by_case(rows).items():
+        calls, kernels, planned = [], [], []
         for r in case_rows:
-            lines.append(
-                f"| {r['provider']} | {_grid_max(r)} | {r['calls_executed']}/{r['calls_planned']} "
-                f"| {r['kernels_compiled']} | {r['wall_s']:.1f} | {r['truncated']} |"
+            tl = r.get("timeline") or [[r["wall_s"], r["calls_executed"], r["kernels_compiled"]]]
+            t, c = [0.0] + [p[0] for p in tl], COLORS.get(r["provider"])
+            label = f"{r['provider']}: {r['calls_planned']} calls, {r['wall_s']:.0f} s"
+            calls.append(benchkit.Line(label, t, [0] + [p[1] for p in tl], color=c, marker=None))
+            kernels.append(
+                benchkit.Line(r["provider"], t, [0] + [p[2] for p in tl], color=c, marker=None)
             )
-        lines += ["", "| grid | shape | kernel | Ms done/planned | s |", "|---|---|---|---|---|"]
-        for r in case_rows:
-            for s in r["per_shape"]:
-                lines.append(
-                    f"| {r['provider']} | {s['name']} | {s['kernel']} | "
-                    f"{s['executed']}/{s['planned']} | {s['seconds']:.1f} |"
-                )
-        done = [r for r in case_rows if not r["truncated"]]
-        if done and len(case_rows) > 1:
-            first = min(done, key=lambda r: r["wall_s"])
-            lines += ["", f"At {first['wall_s']:.1f} s, when {first['provider']} finished:", ""]
-            for r in case_rows:
-                calls, kernels = calls_at(r, first["wall_s"])
-                lines.append(
-                    f"- {r['provider']}: {calls}/{r['calls_planned']} calls, {kernels} kernels"
-                )
-        lines.append("")
-    for doc in gpu:
-        lines += [
-            "",
-            f"## Facade against torch references: sgl-deep-gemm {doc['sgl_deep_gemm']}",
-            f"{doc['gpu']}, torch {doc['torch']}, {doc['timestamp']}. calc_diff is DeepGEMM's "
-            "1 - 2<x,y>/(|x|^2+|y|^2); max_rel_err is max|x-y| / max|y|.",
-            "",
-            "| op | case | calc_diff | max_rel_err |",
-            "|---|---|---|---|",
-        ]
-        for row in doc["rows"]:
-            if "calc_diff" in row:
-                lines.append(
-                    f"| {row['op']} | {row['case']} | {row['calc_diff']:.2e} "
-                    f"| {row['max_rel_err']:.2e} |"
-                )
-            else:
-                extra = {k: v for k, v in row.items() if k not in ("op", "case")}
-                lines.append(f"| {row['op']} | {row['case']} | {extra} | |")
-    (out / "deepgemm-compat.md").write_text("\n".join(lines) + "\n")
+            planned.append(benchkit.HLine(r["calls_planned"], "", color=c, linestyle=":"))
+        xlabel = "seconds since warmup start"
+        panels += [
+            benchkit.Panel(case, xlabel, "warmup calls done (dotted: planned)", calls, planned,
+                           yscale="symlog", linthresh=100, ymin=0),
+            benchkit.Panel(f"{dev}, cold JIT cache", xlabel, "kernels JIT-compiled", kernels),
+        ]  # fmt: skip
+    return benchkit.Figure(panels, ncols=2, panel_size=(5, 3.6))
 
 
-def main() -> None:
+REPORT = benchkit.Report(name=NAME, figure=figure, sections=sections)
+
+
+def read_runs(folders: list[Path]) -> list[dict]:
+    """The warmup rows and facade rows found in the run folders."""
+    rows = [json.loads(p.read_text()) for f in folders for p in sorted(f.glob("warmup_*.json"))]
+    for f in folders:
+        for p in sorted(f.glob("gpu_results*.json")):
+            rows += facade_rows(json.loads(p.read_text()))
+    if not rows:
+        raise SystemExit(f"no warmup_*.json or gpu_results*.json in {[str(f) for f in folders]}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", default="docs/benchmarks", help="where JSON/PNG go")
+    ap.add_argument("--md", help="record whose generated tables are rewritten")
     ap.add_argument("--chunked", type=int, default=8192)
     ap.add_argument("--cp", type=int, default=8)
     ap.add_argument("--split", default="zigzag")
@@ -297,27 +275,22 @@ def main() -> None:
         help="comma-separated folders of warmup_*.json / gpu_results*.json "
         "to merge into --out instead of running",
     )
+    ap.add_argument("--render", action="store_true", help="redraw --out's JSON, no runs")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         child(args)
         return
-    gpu: list[dict] = []
-    if args.report:
-        folders = [Path(p) for p in args.report.split(",")]
-        rows = [json.loads(p.read_text()) for f in folders for p in sorted(f.glob("warmup_*.json"))]
-        gpu = [
-            json.loads(p.read_text()) for f in folders for p in sorted(f.glob("gpu_results*.json"))
-        ]
+    if args.render:
+        rows = []
+    elif args.report:
+        rows = read_runs([Path(p) for p in args.report.split(",")])
     else:
         rows = parent(args)
-    case_order = list(dict.fromkeys(r["case"] for r in rows))
-    rows.sort(key=lambda r: (case_order.index(r["case"]), list(VARIANTS).index(r["provider"])))
-    print(f"host: {platform.node()} python {platform.python_version()}")
-    report(rows, Path(args.out))
-    write_markdown(rows, gpu, Path(args.out))
+    all_rows = REPORT.publish(rows, args.out, md=args.md)
+    print_table(all_rows)
 
 
 if __name__ == "__main__":

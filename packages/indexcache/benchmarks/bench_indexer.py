@@ -12,25 +12,23 @@ Where ``deepgemm_compat.mqa_logits`` imports and runs (fp8 kernel, CUDA), the sa
     PYTHONPATH=packages/indexcache/src:packages/deepgemm-compat/src \\
         python3 packages/indexcache/benchmarks/bench_indexer.py --out "$OUT"   # H200
 
-Writes ``<out>/indexcache.json`` (rows of other devices already there are kept; this device's
-are replaced) and ``<out>/indexcache.png`` (this run); ``--md FILE`` also rewrites the section
-between ``<!-- BEGIN <section> -->`` and ``<!-- END <section> -->`` in FILE.
+Merges its rows into ``<out>/indexcache.json`` (rows of other devices, and of cases this run
+did not measure again, are kept), draws ``<out>/indexcache.png`` from all of them and, with
+``--md FILE``, rewrites each device's generated table in FILE (``<!-- indexcache <device>:begin
+-->`` ... ``:end -->``; the prose around it is kept). ``--render`` does the writing alone, from
+the JSON, without measuring.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import shlex
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import benchkit
 import indexcache
 import torch
 from indexcache import IndexerSchedule, TopkCarry, causal_window, lightning_indexer
@@ -44,26 +42,15 @@ SCHEDULES = {
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], object], int], list[float]]:
-    """Return ``time(fn, reps) -> [ms, ...]`` using CUDA events on GPU, perf_counter on CPU."""
+    """Return ``time(fn, reps) -> [ms, ...]``: CUDA events on GPU, the wall clock on CPU; no
+    untimed call (the caller warms up once per provider)."""
 
     def run(fn: Callable[[], object], reps: int) -> list[float]:
-        out = []
-        for _ in range(reps):
-            if device.type == "cuda":
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
-                out.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append((time.perf_counter() - t0) * 1e3)
-        return out
+        if device.type == "cuda":
+            samples = benchkit.cuda_event_times(fn, reps=reps, warmup=0)
+        else:
+            samples = benchkit.wall_times(fn, reps=reps, warmup=0)
+        return [s * 1e3 for s in samples]
 
     return run
 
@@ -126,15 +113,8 @@ def _fp8_provider(q, k, w, ks, ke) -> Callable | str:
 def bench(args: argparse.Namespace) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     timer = _timer(device)
-    meta = {
-        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "cpu": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s)",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "pkg_version": indexcache.__version__,
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-    }
+    command = shlex.join([Path(sys.executable).name, *(args.argv or sys.argv)])
+    meta = benchkit.capture_env(device=device.type, package="indexcache", command=command)
     rows: list[dict] = []
     notes: set[str] = set()
     for t in args.seq_lens:
@@ -146,7 +126,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
             fn()  # warm-up (allocator, kernels)
             per_layer = timer(fn, args.reps)
             rows.append(_row("indexer_layer", name, case, per_layer, meta, t, q_rows, None, 1))
-            p50 = statistics.median(per_layer)
+            p50 = benchkit.quantiles(per_layer).p50
             reps = max(1, min(args.reps, int(args.loop_budget_s * 1e3 / (p50 * LAYERS))))
             times: dict[str, list[float]] = {label: [] for label in SCHEDULES}
             for _ in range(reps):  # alternate schedules so drifting load hits both alike
@@ -182,18 +162,14 @@ def _run_layers(schedule: IndexerSchedule, compute: Callable) -> None:
 
 
 def _row(op, provider, case, times, meta, t, q_rows, schedule, computed) -> dict:
-    if len(times) > 1:
-        cuts = statistics.quantiles(times, n=10, method="inclusive")
-        p20, p50, p80 = cuts[1], statistics.median(times), cuts[7]
-    else:
-        p20 = p50 = p80 = times[0]
+    q = benchkit.quantiles(times)  # times in ms already
     return {
         "op": op,
         "provider": provider,
         "case": case,
-        "p50": p50,
-        "p20": p20,
-        "p80": p80,
+        "p50": q.p50,
+        "p20": q.p20,
+        "p80": q.p80,
         "unit": "ms",
         "reps": len(times),
         "seq_len": t,
@@ -216,18 +192,29 @@ def _print_case(rows: list[dict], case: str, provider: str) -> None:
     )
 
 
+def _device(row: dict) -> str:
+    if row["gpu_name"]:
+        return row["gpu_name"]
+    threads = f", {row['cpu_threads']} thread(s)" if row.get("cpu_threads") else ""
+    return f"CPU ({row['cpu']}{threads})"
+
+
 def render_md(rows: list[dict]) -> str:
-    """The markdown table for docs/benchmarks/indexcache.md."""
-    head = rows[0]
-    device = head["gpu_name"] or f"CPU ({head['cpu']})"
+    """The markdown table of one device's rows, for docs/benchmarks/indexcache.md: a line per run
+    behind them (device, torch, time, command), then a row per key count and provider."""
+    runs = {(r["timestamp"], r["command"]): r for r in rows}
     out = [
-        f"Device: {device}; torch {head['torch']}; {head['timestamp']}; `{head['command']}`",
+        f"Device: {_device(r)}; torch {r['torch']}; {stamp}; `{command}`"
+        for (stamp, command), r in runs.items()
+    ]
+    out += [
         "",
         "| T (keys) | Q rows | provider | 1 layer p50 (p20-p80) ms | 78 layers, freq 1 (ms) | "
         f"78 layers, freq 4 offset 2 (ms) | shared / unshared (goal <= {GOAL}) |",
         "|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for r in (r for r in rows if r["op"] == "indexer_layer"):
+    layer_rows = sorted((r for r in rows if r["op"] == "indexer_layer"), key=lambda r: r["seq_len"])
+    for r in layer_rows:
         same = {
             x["schedule"]: x["p50"]
             for x in rows
@@ -240,63 +227,50 @@ def render_md(rows: list[dict]) -> str:
             f"{same['freq 1']:.1f} | {same['freq 4 offset 2']:.1f} | {ratio:.3f} "
             f"{'(met)' if ratio <= GOAL else '(missed)'} |"
         )
-    if head.get("note"):
-        out += ["", head["note"]]
-    return "\n".join(out)
+    notes = list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
+    return "\n".join(out + (["", *notes] if notes else []))
 
 
-def write_outputs(rows: list[dict], out: Path, md: Path | None, section: str) -> None:
-    """JSON (merged with other devices' rows), PNG and the ``--md`` section of this run."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "indexcache.json"
-    device = rows[0]["gpu_name"]  # None on CPU
-    recorded = json.loads(path.read_text()) if path.exists() else []
-    kept = [r for r in recorded if r["gpu_name"] != device]
-    path.write_text(json.dumps(kept + rows, indent=2) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for prov in sorted({r["provider"] for r in rows}):
-        for ax, op, sched in (
-            (a, "indexer_layer", None),
-            (b, "indexer_78_layers", "freq 1"),
-            (b, "indexer_78_layers", "freq 4 offset 2"),
-        ):
-            pts = [
-                (r["seq_len"], r["p50"])
-                for r in rows
-                if r["provider"] == prov and r["op"] == op and r["schedule"] == sched
-            ]
-            ax.plot(
-                *zip(*pts, strict=True),
-                marker="o",
-                label=f"{prov}" + (f", {sched}" if sched else ""),
-            )
-    for ax, title in (
-        (a, "one layer (one prefill chunk)"),
-        (b, "78 layers: unshared vs IndexCache"),
-    ):
-        ax.set(xscale="log", yscale="log", xlabel="keys T", ylabel="p50 ms", title=title)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"lightning indexer, {rows[0]['gpu_name'] or 'CPU'}")
-    fig.tight_layout()
-    fig.savefig(out / "indexcache.png", dpi=120)
-    plt.close(fig)
-    if md is not None:
-        write_md_section(md, section, render_md(rows))
+def _by_device(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(benchkit.device_label(r), []).append(r)
+    return out
 
 
-def write_md_section(md: Path, section: str, body: str) -> None:
-    """Replace what lies between ``<!-- BEGIN section -->`` and ``<!-- END section -->`` in md."""
-    begin, end = f"<!-- BEGIN {section} -->", f"<!-- END {section} -->"
-    pre, has_begin, rest = md.read_text().partition(begin)
-    _, has_end, post = rest.partition(end)
-    if not (has_begin and has_end):
-        raise SystemExit(f"{md} has no '{begin}' ... '{end}' section to replace")
-    md.write_text(f"{pre}{begin}\n{body}\n{end}{post}")
+def sections(rows: list[dict]) -> dict[str, str]:
+    """One generated table per device: ``indexcache NVIDIA H200``, ``indexcache cpu``."""
+    return {f"indexcache {dev}": render_md(mine) for dev, mine in _by_device(rows).items()}
+
+
+def figure(rows: list[dict]) -> benchkit.Figure:
+    """p50 against keys T: one layer, and 78 layers unshared vs IndexCache, per device."""
+    several = len(_by_device(rows)) > 1
+
+    def label(r: dict) -> str:
+        where = f"{'CPU' if r['gpu_name'] is None else r['gpu_name']} " if several else ""
+        return where + r["provider"] + (f", {r['schedule']}" if r["schedule"] else "")
+
+    one = benchkit.lines_from_rows(
+        [r for r in rows if r["op"] == "indexer_layer"], x="seq_len", label=label
+    )
+    all_layers = benchkit.lines_from_rows(
+        [r for r in rows if r["op"] == "indexer_78_layers"], x="seq_len", label=label
+    )
+    log = {"xscale": "log", "yscale": "log"}
+    return benchkit.Figure(
+        [
+            benchkit.Panel("one layer (one prefill chunk)", "keys T", "p50 ms", one, **log),
+            benchkit.Panel(
+                "78 layers: unshared vs IndexCache", "keys T", "p50 ms", all_layers, **log
+            ),
+        ],
+        title="lightning indexer",
+        ncols=2,
+    )
+
+
+REPORT = benchkit.Report(name="indexcache", figure=figure, sections=sections)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -315,9 +289,13 @@ def main(argv: list[str] | None = None) -> None:
         help="CPU threads (1: a shared box's cores make OpenMP spin-waits dominate)",
     )
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    p.add_argument("--md", type=Path, help="markdown file whose marked section gets the table")
-    p.add_argument("--md-section", help="section name (default: h200 on CUDA, cpu otherwise)")
+    p.add_argument("--md", type=Path, help="markdown file whose generated tables are rewritten")
+    p.add_argument("--render", action="store_true", help="write PNG and --md from the JSON only")
     args = p.parse_args(argv)
+    args.argv = None if argv is None else [sys.argv[0], *argv]
+    if args.render:
+        REPORT.publish([], args.out, md=args.md)
+        return
     if args.quick:
         args.seq_lens = args.seq_lens or [1024, 2048, 4096]
         args.query_rows, args.reps = min(args.query_rows, 128), min(args.reps, 5)
@@ -326,8 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available() or args.cpu:
         torch.set_num_threads(args.threads)
     rows = bench(args)
-    section = args.md_section or ("h200" if rows[0]["gpu_name"] else "cpu")
-    write_outputs(rows, args.out, args.md, section)
+    REPORT.publish(rows, args.out, md=args.md)
     print(f"wrote {args.out / 'indexcache.json'} and {args.out / 'indexcache.png'}")
 
 

@@ -1,15 +1,17 @@
-"""The benchmark harness runs end to end at toy sizes (a smoke check, not a timing)."""
+"""The benchmark runs end to end at toy sizes (a smoke check, not a timing), and re-renders."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
+import shutil
 from pathlib import Path
 
+import benchkit
 import pytest
 import torch
 
 BENCH = Path(__file__).parents[1] / "benchmarks" / "bench_indexer.py"
+RECORD = Path(__file__).parents[3] / "docs" / "benchmarks"
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +27,19 @@ def bench():
 
 def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     md = tmp_path / "indexcache.md"
-    md.write_text("# x\n<!-- BEGIN cpu -->\nold\n<!-- END cpu -->\ntail\n")
-    recorded = [{"gpu_name": "NVIDIA H200", "op": "indexer_layer"}, {"gpu_name": None, "op": "x"}]
-    (tmp_path / "indexcache.json").write_text(json.dumps(recorded))
+    md.write_text("# x\n<!-- indexcache cpu:begin -->\nold\n<!-- indexcache cpu:end -->\ntail\n")
+    recorded = benchkit.read_rows(RECORD / "indexcache.json")  # H200 rows, CPU rows at T >= 1K
+    cpu_layer = next(r for r in recorded if r["gpu_name"] is None and r["op"] == "indexer_layer")
+    redone = {**cpu_layer, "case": "T=96 Q=16 H=32 D=128 topk=2048", "p50": -1.0}
+    benchkit.write_record(tmp_path / "indexcache.json", "indexcache", [*recorded, redone])
     bench.main(
         ["--cpu", "--seq-lens", "64", "96", "--query-rows", "16", "--reps", "2",
          "--out", str(tmp_path), "--md", str(md)]
     )  # fmt: skip
-    rows = json.loads((tmp_path / "indexcache.json").read_text())
-    # the other device's rows are kept, this device's earlier rows replaced
-    assert rows[0] == recorded[0] and recorded[1] not in rows
-    rows = rows[1:]
+    rows = benchkit.read_rows(tmp_path / "indexcache.json")
+    # other devices' rows and this device's cases not run again are kept; a case run again is not
+    assert rows[: len(recorded)] == recorded and redone not in rows
+    rows = rows[len(recorded) :]
     assert {(r["op"], r["schedule"]) for r in rows} == {
         ("indexer_layer", None),
         ("indexer_78_layers", "freq 1"),
@@ -44,19 +48,20 @@ def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     assert {r["computed_layers"] for r in rows} == {1, 78, 21}
     for key in ("p50", "p20", "p80", "unit", "torch", "timestamp", "command", "cpu", "gpu_name"):
         assert key in rows[0]
+    assert rows[0]["command"].endswith(f"--out {tmp_path} --md {md}")
     assert (tmp_path / "indexcache.png").stat().st_size > 0
     text = md.read_text()
-    assert "old" not in text and text.endswith("<!-- END cpu -->\ntail\n")
-    assert "| 96 | 16 | torch-ref |" in text
+    assert "old" not in text and text.startswith("# x\n<!-- indexcache cpu:begin -->\nDevice: CPU")
+    assert "<!-- indexcache cpu:end -->\ntail\n" in text  # the text around it is kept
+    cpu = benchkit.read_section(text, "indexcache cpu")
+    assert cpu.count("Device: CPU") == 2  # the recorded smoke run and this one
+    assert cpu.index("| 96 | 16 | torch-ref |") < cpu.index("| 1,024 | 128 | torch-ref |")
+    assert "<!-- indexcache NVIDIA H200:begin -->" in text  # appended: the md lacked it
 
 
-def test_md_section_needs_begin_then_end(bench, tmp_path):
-    md = tmp_path / "indexcache.md"
-    md.write_text("<!-- END cpu -->\n<!-- BEGIN cpu -->\n")
-    with pytest.raises(
-        SystemExit, match=r"no '<!-- BEGIN cpu -->' \.\.\. '<!-- END cpu -->' section"
-    ):
-        bench.write_md_section(md, "cpu", "table")
-    md.write_text("a\n<!-- BEGIN cpu -->\nold\n<!-- END cpu -->\nb\n")
-    bench.write_md_section(md, "cpu", "table")
-    assert md.read_text() == "a\n<!-- BEGIN cpu -->\ntable\n<!-- END cpu -->\nb\n"
+def test_render_reproduces_the_record(bench, tmp_path):
+    for name in ("indexcache.json", "indexcache.md"):
+        shutil.copy(RECORD / name, tmp_path / name)
+    bench.main(["--render", "--out", str(tmp_path), "--md", str(tmp_path / "indexcache.md")])
+    for name in ("indexcache.json", "indexcache.md"):
+        assert (tmp_path / name).read_text() == (RECORD / name).read_text(), name

@@ -13,7 +13,9 @@ Goal: govctl no slower than check-jsonschema and under 0.5 s at 1,000 items.
 
     uv run --frozen --no-sync python tools/govctl/benchmarks/bench_check.py [--runs 15] [--out DIR]
 
-Prints one table; writes govctl.json, govctl.png and govctl.md under --out.
+Prints one table; merges its rows into govctl.json under --out (rows of sizes not run again are
+kept), draws govctl.png and rewrites the generated sections of govctl.md (--md; the prose around
+them is kept). ``--render`` redraws the PNG and the sections from the JSON without measuring.
 """
 
 from __future__ import annotations
@@ -22,25 +24,21 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import random
-import resource
 import shlex
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from importlib.metadata import version
 from pathlib import Path
+
+import benchkit
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "gov" / "schema" / "work.schema.json"
 GOAL_S = 0.5
 # fmt: off
 # everything from this line on in govctl.md is kept as it is when the file is re-rendered
-KEEP_MARK = "<!-- kept on re-render: sections below are not written by bench_check.py -->"
 WORDS = (
     "kernel", "cache", "page", "remap", "inverse", "prefill", "decode", "rank", "token", "layout",
     "index", "fp8", "packing", "backend", "warmup", "scheduler", "request", "batch", "prefix",
@@ -134,64 +132,11 @@ def generate(n: int, root: Path, seed: int = 0) -> list[Path]:
     return paths
 
 
-def _run(cmd: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user+sys) of one whole process; it must exit 0."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        out = proc.stdout + proc.stderr
-        raise SystemExit(f"{shlex.join(cmd[:4])} ... failed ({proc.returncode}):\n{out}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+PROVIDERS = ("govctl", "check-jsonschema")
 
 
-def _quantiles(xs: list[float], prefix: str) -> dict[str, float]:
-    q = statistics.quantiles(xs, n=10, method="inclusive")
-    return {f"{prefix}p50": statistics.median(xs), f"{prefix}p20": q[1], f"{prefix}p80": q[7]}
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    ap.add_argument("--runs", type=int, default=15, help="timed runs per provider and size")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
-    args = ap.parse_args()
-    bindir = Path(sys.executable).parent
-    tools = {"govctl": bindir / "govctl", "check-jsonschema": bindir / "check-jsonschema"}
-    for exe in tools.values():
-        if not exe.exists():
-            raise SystemExit(f"{exe} not found: run inside the workspace venv (uv run ...)")
-    stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    command = "uv run --frozen --no-sync python tools/govctl/benchmarks/bench_check.py " + " ".join(
-        shlex.quote(a) for a in sys.argv[1:]
-    )
-    meta = {
-        "cpu": _cpu(),
-        "gpu_name": None,
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "cuda": None,
-        "pkg_version": version("govctl"),
-        "check_jsonschema": version("check-jsonschema"),
-        "jsonschema": version("jsonschema"),
-        "timestamp": stamp,
-        "command": command,
-        "loadavg_start": os.getloadavg(),  # 1/5/15-minute run-queue length: other jobs' load
-    }
+def measure(args: argparse.Namespace, tools: dict[str, Path], env: dict) -> list[dict]:
+    """One row per provider and size: whole-process wall and CPU p50/p20/p80, in seconds."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="govctl-bench-") as tmp:
         for n in args.sizes:
@@ -211,129 +156,169 @@ def main() -> None:
             for r in range(args.warmup + args.runs):
                 order = list(cmds) if r % 2 == 0 else list(reversed(cmds))  # interleave
                 for provider in order:
-                    t = _run(cmds[provider], root)
+                    t = benchkit.process_times(cmds[provider], cwd=root)
                     if r >= args.warmup:
                         times[provider].append(t)
             for provider, ts in times.items():
+                wall = benchkit.quantiles(w for w, _ in ts).to("s")
+                cpu = benchkit.quantiles(c for _, c in ts).to("s")
                 rows.append({
                     "op": "check", "provider": provider, "case": f"items={n}", "items": n,
-                    **_quantiles([w for w, _ in ts], ""), **_quantiles([c for _, c in ts], "cpu_"),
-                    "unit": "s", "runs": len(ts), **meta,
+                    **wall, **{f"cpu_{k}": cpu[k] for k in ("p50", "p20", "p80")},
+                    "runs": len(ts), "warmup": args.warmup, **env,
                 })  # fmt: skip
-    meta["loadavg_end"] = os.getloadavg()
-    for row in rows:
-        row["loadavg_end"] = meta["loadavg_end"]
-    table = _table(rows, args.sizes)
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "govctl.json").write_text(json.dumps(rows, indent=2) + "\n")
-    _plot(rows, args.out / "govctl.png")
-    _markdown(rows, table, meta, args, args.out / "govctl.md")
-    print(f"wrote {args.out}/govctl.json, govctl.png, govctl.md")
+    return rows
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except Exception:
-        return None
+def _by_size(rows: list[dict]) -> dict[int, dict[str, dict]]:
+    by: dict[int, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["items"], {})[r["provider"]] = r
+    return dict(sorted(by.items()))
 
 
-def _table(rows: list[dict], sizes: list[int]) -> str:
-    by = {(r["provider"], r["items"]): r for r in rows}
-    out = [
-        "| items | govctl wall p50 (p20-p80) | govctl CPU | check-jsonschema wall p50 (p20-p80) "
-        "| check-jsonschema CPU | wall ratio |",
-        "|---:|---:|---:|---:|---:|---:|",
+def table(rows: list[dict], markdown: bool = True) -> str:
+    """govctl against check-jsonschema per size: wall p50 (p20-p80), CPU p50, wall ratio."""
+    head = [
+        "items",
+        "govctl wall p50 (p20-p80)",
+        "govctl CPU",
+        "check-jsonschema wall p50 (p20-p80)",
+        "check-jsonschema CPU",
+        "wall ratio",
     ]
-    for n in sizes:
-        g, c = by[("govctl", n)], by[("check-jsonschema", n)]
-        out.append(
-            f"| {n:,} | {g['p50']:.3f} s ({g['p20']:.3f}-{g['p80']:.3f}) | {g['cpu_p50']:.3f} s "
-            f"| {c['p50']:.3f} s ({c['p20']:.3f}-{c['p80']:.3f}) | {c['cpu_p50']:.3f} s "
-            f"| {g['p50'] / c['p50']:.2f}x |"
-        )
-    return "\n".join(out)
+    lines = []
+    for n, by in _by_size(rows).items():
+        g, c = by.get("govctl"), by.get("check-jsonschema")
+        cells = [f"{n:,}"]
+        for r in (g, c):
+            if r is None:
+                cells += ["n/a", "n/a"]
+            else:
+                cells += [
+                    f"{r['p50']:.3f} s ({r['p20']:.3f}-{r['p80']:.3f})",
+                    f"{r['cpu_p50']:.3f} s",
+                ]
+        cells.append(f"{g['p50'] / c['p50']:.2f}x" if g and c else "n/a")
+        lines.append(cells)
+    if markdown:
+        return benchkit.markdown_table(head, lines, align="rrrrrr")
+    return benchkit.text_table(head, lines)
 
 
-def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for provider in ("govctl", "check-jsonschema"):
-        rs = sorted((r for r in rows if r["provider"] == provider), key=lambda r: r["items"])
-        xs = [r["items"] for r in rs]
-        (line,) = ax.plot(xs, [r["p50"] for r in rs], marker="o", label=f"{provider} wall")
-        ax.fill_between(xs, [r["p20"] for r in rs], [r["p80"] for r in rs], alpha=0.2)
-        ax.plot(
-            xs,
-            [r["cpu_p50"] for r in rs],
-            marker=".",
-            linestyle=":",
-            color=line.get_color(),
-            label=f"{provider} CPU",
-        )
-    ax.axhline(GOAL_S, color="grey", linestyle="--", linewidth=1, label="goal: 0.5 s")
-    ax.set_xscale("log")
-    ax.set_xlabel("work items")
-    ax.set_ylabel("whole process, median (s)")
-    ax.set_title("govctl check vs check-jsonschema (same files, same schema)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _markdown(
-    rows: list[dict], table: str, meta: dict, args: argparse.Namespace, path: Path
-) -> None:
-    big = max(args.sizes)
-    g, c = (next(r for r in rows if r["provider"] == p and r["items"] == big)
-            for p in ("govctl", "check-jsonschema"))  # fmt: skip
+def headline(rows: list[dict]) -> str:
+    """The verdict at the largest size timed for both tools: speed and the 0.5 s goal."""
+    both = [(n, by) for n, by in _by_size(rows).items() if set(PROVIDERS) <= set(by)]
+    if not both:
+        return "No size has rows of both tools yet."
+    big, by = both[-1]
+    g, c = by["govctl"], by["check-jsonschema"]
     faster = g["p50"] <= c["p50"]
-    lines = [
+    return (
         f"At {big:,} items `govctl check` takes {g['p50']:.3f} s wall ({g['cpu_p50']:.3f} s CPU), "
         f"{'' if faster else 'NOT '}faster than check-jsonschema's {c['p50']:.3f} s "
         f"({c['cpu_p50']:.3f} s CPU): {c['p50'] / g['p50']:.1f}x by wall time, "
-        f"{c['cpu_p50'] / g['cpu_p50']:.1f}x by CPU time.",
+        f"{c['cpu_p50'] / g['cpu_p50']:.1f}x by CPU time. "
         f"Goal < {GOAL_S} s wall: {'met' if g['p50'] < GOAL_S else 'NOT met'} in this run; "
-        f"CPU time {g['cpu_p50']:.3f} s {'<' if g['cpu_p50'] < GOAL_S else '>='} {GOAL_S} s.",
-    ]
-    # sections another script owns (e.g. scripts/check_upstream.py's record) survive a re-render
-    kept = path.read_text().partition(KEEP_MARK) if path.is_file() else ("", "", "")
-    tail = f"\n{kept[1]}{kept[2]}" if kept[1] else ""
-    load0 = ", ".join(f"{x:.1f}" for x in meta["loadavg_start"])
-    load1 = ", ".join(f"{x:.1f}" for x in meta["loadavg_end"])
-    path.write_text(f"""# govctl check: speed
+        f"CPU time {g['cpu_p50']:.3f} s {'<' if g['cpu_p50'] < GOAL_S else '>='} {GOAL_S} s."
+    )
 
-{" ".join(lines)}
 
-{table}
+def run_notes(rows: list[dict]) -> str:
+    """Date, machine, load, versions, command and repetitions of each run behind the rows."""
+    out = []
+    runs = {(r["timestamp"], r["command"]): r for r in rows}
+    for (stamp, command), r in sorted(runs.items()):
+        sizes = sorted(
+            {x["items"] for x in rows if (x["timestamp"], x["command"]) == (stamp, command)}
+        )
+        cpu = r["cpu"] + (f" ({r['cpu_count']} cores)" if r.get("cpu_count") else "")
+        load0 = ", ".join(f"{x:.1f}" for x in r["loadavg_start"])
+        load1 = ", ".join(f"{x:.1f}" for x in r["loadavg_end"])
+        warm = f" after {r['warmup']} warm-up runs" if "warmup" in r else ""
+        commit = f", commit {r['git_commit'][:12]}" if r.get("git_commit") else ""
+        out += [
+            f"- date: {stamp}{commit}; sizes {', '.join(f'{n:,}' for n in sizes)}",
+            f"- machine: {cpu}, shared; load average (1, 5, 15 min) {load0} at the start,",
+            f"  {load1} at the end",
+            f"- versions: Python {r['python']}, govctl {r['pkg_version']}, check-jsonschema",
+            f"  {r['check_jsonschema']}, jsonschema {r['jsonschema']}",
+            f"- repetitions: median of {r['runs']} runs per cell{warm}, providers interleaved",
+            f"- command: `{command}`",
+        ]
+    return "\n".join(out)
 
-Whole-process wall time (`subprocess.run`, start to exit) and CPU time (user + sys of the child,
-from `getrusage`), median of {args.runs} runs per cell after {args.warmup} warm-up runs,
-providers interleaved round by round; wall p20-p80 in brackets. Both tools validate the same
-generated files against `gov/schema/work.schema.json` (draft-07, date formats checked); govctl
-also runs every lifecycle, date-order, file-name, uniqueness, ref/link and cycle rule
-(E011-E023, W001-W003). Wall time on this shared box grows with the other jobs' load; CPU time
-does not, so it is the better number to compare across runs.
 
-- date: {meta["timestamp"]}
-- machine: {meta["cpu"]}, shared; load average (1, 5, 15 min) {load0} at the start,
-  {load1} at the end
-- versions: Python {meta["python"]}, govctl {meta["pkg_version"]}, check-jsonschema
-  {meta["check_jsonschema"]}, jsonschema {meta["jsonschema"]}
-- command: `{meta["command"]}`
-- timed, per size, in a generated repository of that many items:
-  - `govctl check -- gov/work/*.toml`
-  - `check-jsonschema --schemafile gov/schema/work.schema.json -- gov/work/*.toml`
-- data: `govctl.json` (one row per provider and size); plot: `govctl.png`
+def figure(rows: list[dict]) -> benchkit.Figure:
+    """Median whole-process time against items: wall (p20-p80 band) and CPU, per provider."""
+    style = {"govctl": "C0", "check-jsonschema": "C1"}
 
-![govctl check vs check-jsonschema](govctl.png)
-{tail}""")
+    def provider_style(label: str) -> dict[str, object]:
+        return {"color": style.get(label.rsplit(" ", 1)[0])}
+
+    wall = benchkit.lines_from_rows(
+        rows, x="items", label=lambda r: f"{r['provider']} wall", band=("p20", "p80"),
+        style=provider_style,
+    )  # fmt: skip
+    cpu = benchkit.lines_from_rows(
+        rows, x="items", y="cpu_p50", label=lambda r: f"{r['provider']} CPU",
+        style=lambda label: {**provider_style(label), "linestyle": ":", "marker": "."},
+    )  # fmt: skip
+    panel = benchkit.Panel(
+        "govctl check vs check-jsonschema (same files, same schema)",
+        "work items",
+        "whole process, median (s)",
+        [*wall, *cpu],
+        hlines=[benchkit.HLine(GOAL_S, f"goal: {GOAL_S} s")],
+        xscale="log",
+    )
+    return benchkit.Figure([panel], panel_size=(6.5, 4.2))
+
+
+REPORT = benchkit.Report(
+    name="govctl",
+    figure=figure,
+    sections=lambda rows: {
+        "govctl summary": f"{headline(rows)}\n\n{table(rows)}",
+        "govctl runs": run_notes(rows),
+    },
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--runs", type=int, default=15, help="timed runs per provider and size")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
+    ap.add_argument("--md", type=Path, help="record whose sections are rewritten (<out>/govctl.md)")
+    ap.add_argument("--render", action="store_true", help="redraw from <out>/govctl.json only")
+    args = ap.parse_args(argv)
+    md = args.md or args.out / "govctl.md"
+    if args.render:
+        rows = REPORT.publish([], args.out, md=md)
+        print(table(rows, markdown=False))
+        return
+    bindir = Path(sys.executable).parent
+    tools = {p: bindir / p for p in PROVIDERS}
+    for exe in tools.values():
+        if not exe.exists():
+            raise SystemExit(f"{exe} not found: run inside the workspace venv (uv run ...)")
+    command = "uv run --frozen --no-sync python tools/govctl/benchmarks/bench_check.py " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    env = {
+        **benchkit.capture_env(package="govctl", command=command.rstrip()),
+        "check_jsonschema": version("check-jsonschema"),
+        "jsonschema": version("jsonschema"),
+        "loadavg_start": os.getloadavg(),  # 1/5/15-minute run-queue length: other jobs' load
+    }
+    rows = measure(args, tools, env)
+    for row in rows:
+        row["loadavg_end"] = os.getloadavg()
+    print(table(rows, markdown=False))
+    REPORT.publish(rows, args.out, md=md)
+    print(f"wrote {args.out}/govctl.json, govctl.png and the sections of {md}")
 
 
 if __name__ == "__main__":
