@@ -39,7 +39,12 @@ VARIANTS = {"sglang": "before", "cp_aware": "after"}
 # What the parent passes on to each variant's process.
 CHILD_ARGS = ("chunked", "cp", "split", "shapes", "ep", "budget_s")
 COLORS = {"sglang": "tab:gray", "cp_aware": "tab:blue"}
-PLAN_CASES = ((65536, 8), (32768, 8), (16384, 8), (8192, 8), (65536, 4))
+PLAN_CASES = (
+    *((c, 8, "interleave") for c in (65536, 32768, 16384, 8192)),
+    (65536, 4, "interleave"),
+    (10000, 8, "interleave"),
+    (65536, 8, "zigzag"),
+)
 
 
 def _count_kernels(cache: Path) -> int:
@@ -163,9 +168,9 @@ def plan_table() -> str:
     from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup
 
     lines = []
-    for chunked, cp in PLAN_CASES:
-        plan = plan_warmup(glm51_shapes(), chunked, CPSetup(cp, "zigzag"))
-        lines.append([chunked, cp, "zigzag", f"{plan.m_max} -> {plan.dense_m_max}",
+    for chunked, cp, split in PLAN_CASES:
+        plan = plan_warmup(glm51_shapes(), chunked, CPSetup(cp, split))
+        lines.append([chunked, cp, split, f"{plan.m_max} -> {plan.dense_m_max}",
                       plan.before_total, plan.after_total])  # fmt: skip
     head = ["chunked", "CP", "split", "dense m_max", "warmup calls before", "after"]
     return benchkit.markdown_table(head, lines)
@@ -261,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--md", help="record whose generated tables are rewritten")
     ap.add_argument("--chunked", type=int, default=8192)
     ap.add_argument("--cp", type=int, default=8)
-    ap.add_argument("--split", default="zigzag")
+    ap.add_argument("--split", default="interleave")
     ap.add_argument("--ep", type=int, default=8)
     ap.add_argument(
         "--shapes",

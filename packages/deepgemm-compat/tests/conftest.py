@@ -18,6 +18,14 @@ from deepgemm_compat import _load, _schedule  # noqa: E402
 FAMILIES = ("0.1.1", "0.1.2", "0.1.4.post1", "0.2.2", "0.2.3.post2", "0.2.5")
 
 
+@pytest.fixture(autouse=True)
+def _m_list_from_the_copy(monkeypatch):
+    """This leaf package's tests read SGLang's warmup list from the copy, never from sglang
+    (packages other than sglang-integration do not import it); the copy is held equal to SGLang
+    by ``sglang-integration/tests/test_upstream_warmup_list.py``."""
+    monkeypatch.setenv("DEEPGEMM_COMPAT_M_LIST", "copy")
+
+
 @pytest.fixture(scope="session")
 def surfaces() -> dict:
     """tests/fixtures/surfaces.json: {version: facts} for every published wheel."""

@@ -24,12 +24,26 @@ def run(capsys):
 
 
 def test_plan_headline(run):
-    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--split", "zigzag")
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--split", "interleave")
     assert code == 0
-    assert "m_max 131072 -> dense 16384" in out
+    assert "SGLang's M list: copy of sglang 0.5.23" in out
+    assert "m_max 131072 -> dense 16384 (forwards up to 131072 tokens" in out
     row = next(line for line in out.splitlines() if line.startswith("attn.o_proj"))
-    assert row.split()[-11:-9] == ["131072", "16384"] or ("131072" in row and "16384" in row)
+    assert row.split()[4:7] == ["1", "131072", "16384"]  # G, Ms before, Ms after
     assert "total" in out and "fewer warmup calls" in out
+
+
+def test_plan_zigzag_keeps_sglangs_list(run):
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--split", "zigzag")
+    assert code == 0 and "m_max 131072 -> dense 131072" in out
+    assert "extend shorter than 16 tokens without CP" in out
+
+
+def test_plan_fast_to_chunk_is_reported(run):
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--fast", "--fast-to-chunk")
+    assert code == 0 and "fast_to_chunk: " in out and "Ms added up to 65536" in out
+    code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--fast")
+    assert code == 0 and "fast_to_chunk" not in out
 
 
 def test_plan_with_draft_outside_cp_does_not_shrink(run):
@@ -46,6 +60,7 @@ def test_plan_json(run):
     doc = json.loads(out)
     assert code == 0 and doc["dense_m_max"] == 16384 and doc["before_total"] == 2 * 131072 + 1024
     assert doc["after_total"] == 2 * 16384 + 1024
+    assert doc["m_list_source"] == "copy of sglang 0.5.23" and doc["rank_rows"] == 16384
 
 
 @pytest.mark.parametrize(
@@ -54,6 +69,7 @@ def test_plan_json(run):
         (("plan", "--cp", "0"), "CP size must be a positive int"),
         (("plan", "--draft-cp"), "draft_cp=True needs draft=True"),
         (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide 256"),
+        (("plan", "--m-list", "upstream"), "invalid choice: 'upstream'"),
     ],
 )
 def test_plan_bad_values_exit_2(run, argv, pattern):
@@ -70,7 +86,8 @@ def test_help_explains(run):
     code, out, _ = run("--help")
     assert code == 0 and "doctor" in out and "ELF symbol tables" in out
     code, out, _ = run("plan", "--help")
-    assert code == 0 and "max(ceil(m_max / cp), --floor)" in out and "--draft-cp" in out
+    assert code == 0 and "roundup(ceil(m_max / cp), cp)" in out and "--draft-cp" in out
+    assert "update_deep_gemm_config" in out and "--m-list" in out
 
 
 def test_doctor_on_this_machine(run):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from deepgemm_compat.warmup import (
     GLM51,
@@ -39,6 +37,7 @@ def by_name(plan):
         (4096, 16384),
         (8192, 16384),
         (8193, 16386),
+        (10000, 20000),
         (16384, 32768),
         (65536, 131072),
         (131072, 131072),
@@ -53,6 +52,34 @@ def test_fast_list_matches_sglangs_comment():
     assert len(ms) == 3072 and ms[-1] == 16384  # SGLang: "Totally ... = 3072 kernels"
     assert ms[1023:1027] == [1024, 1026, 1028, 1030]
     assert max(sglang_m_list(131072, fast=True)) == 32768
+
+
+@pytest.mark.parametrize(
+    ("chunked", "count", "last"),
+    [(12288, 3071, 16368), (100, 1024, 1024), (1, 1024, 1024), (-1, 3072, 16384)],
+)
+def test_fast_list_is_not_cut_at_the_bound(chunked, count, last):
+    """SGLang always warms 1..1024 and runs each stepped range to its end (12288: the
+    issue's measurement of SGLang's own function, 3071 Ms up to 16368)."""
+    ms = sglang_m_list(chunked, fast=True)
+    assert (len(ms), ms[-1]) == (count, last) and ms[:1024] == list(range(1, 1025))
+    if chunked > 1024:
+        assert chunked in ms
+
+
+def test_m_list_source_falls_back_to_the_copy(monkeypatch):
+    import sys
+
+    from deepgemm_compat.warmup import resolve_m_list
+
+    monkeypatch.setitem(sys.modules, "sglang", None)  # makes `import sglang...` fail
+    ms, where = resolve_m_list(8192, source="auto")
+    assert ms == list(range(1, 16385)) and where.startswith("copy of sglang 0.5.23 (SGLang not")
+    with pytest.raises(ImportError, match="cannot import sglang"):
+        resolve_m_list(8192, source="sglang")
+    monkeypatch.setenv("DEEPGEMM_COMPAT_M_LIST", "upstream")
+    with pytest.raises(ValueError, match=r"'upstream' is not one of auto, sglang, copy"):
+        resolve_m_list(8192)
 
 
 def test_glm51_shapes_from_config():
@@ -74,7 +101,7 @@ def test_glm51_shapes_from_config():
 
 
 def test_headline_chunked_65536_cp8():
-    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "zigzag"))
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "interleave"))
     assert (plan.m_max, plan.dense_m_max) == (131072, 16384)
     for e in plan.entries:
         if e.shape.kernel is DENSE:
@@ -85,10 +112,15 @@ def test_headline_chunked_65536_cp8():
     assert plan.after_total < plan.before_total
 
 
-@pytest.mark.parametrize("split", ["zigzag", "interleave"])
-def test_in_sequence_splits_shrink(split):
-    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(4, split))
-    assert plan.dense_m_max == 131072 // 4
+def test_interleave_shrinks_zigzag_does_not():
+    """Zigzag runs a batch with any extend shorter than 2 * cp without CP: all its rows."""
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(4, "interleave"))
+    assert plan.dense_m_max == 131072 // 4 and plan.cap.rows == 131072 // 4
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(4, "zigzag"))
+    assert plan.dense_m_max == 131072 and plan.after_total == plan.before_total
+    assert plan.cap.rows == 131072 and plan.cap.cap is None
+    dense = by_name(plan)["attn.o_proj"]
+    assert "extend shorter than 8 tokens without CP" in dense.reason
 
 
 @pytest.mark.parametrize(
@@ -96,7 +128,7 @@ def test_in_sequence_splits_shrink(split):
     [
         (CPSetup(8, "none"), "CP does not split the sequence"),
         (CPSetup(1, "zigzag"), "no CP"),
-        (CPSetup(8, "zigzag", draft=True), "draft model runs outside CP"),
+        (CPSetup(8, "interleave", draft=True), "draft model runs outside CP"),
     ],
 )
 def test_no_shrink_cases(cp, why):
@@ -107,7 +139,7 @@ def test_no_shrink_cases(cp, why):
 
 def test_draft_under_cp_shrinks_and_shares_kernels():
     plan = plan_warmup(
-        glm51_shapes(draft=True), 65536, CPSetup(8, "zigzag", draft=True, draft_cp=True)
+        glm51_shapes(draft=True), 65536, CPSetup(8, "interleave", draft=True, draft_cp=True)
     )
     assert plan.dense_m_max == 16384
     # nextn.eh_proj is (6144, 12288), the same kernel family as mlp.down_proj: merged
@@ -121,23 +153,33 @@ def test_draft_under_cp_shrinks_and_shares_kernels():
         (4096, 16, 2048),
         (16384, 32, 2048),
         (65536, 64, 2048),
-        (65536, 3, math.ceil(131072 / 3)),
+        (65536, 3, 43692),  # ceil(131072 / 3) = 43691, rounded up to a multiple of 3
+        (10000, 8, 2504),  # 20000 / 8 = 2500, rounded up to a multiple of 8 (the issue's case)
     ],
 )
 def test_floor_and_rounding(chunked, cp, dense):
-    assert plan_warmup(glm51_shapes(), chunked, CPSetup(cp, "zigzag")).dense_m_max == dense
+    assert plan_warmup(glm51_shapes(), chunked, CPSetup(cp, "interleave")).dense_m_max == dense
 
 
 def test_floor_never_exceeds_m_max():
-    plan = plan_warmup([GemmShape(DENSE, 256, 256)], 8192, CPSetup(2, "zigzag"), floor=100000)
-    assert plan.dense_m_max == 16384
+    plan = plan_warmup([GemmShape(DENSE, 256, 256)], 8192, CPSetup(2, "interleave"), floor=100000)
+    assert plan.dense_m_max == 16384 and plan.after_total == plan.before_total
 
 
-def test_fast_mode_keeps_the_cap_in_the_grid():
-    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(3, "zigzag"), fast=True)
-    assert plan.m_max == 32768 and plan.dense_m_max == math.ceil(32768 / 3)
+def test_fast_mode_keeps_every_sglang_m_below_the_cap_and_adds_the_cap():
+    # forwards up to 20000 tokens at cp 3: ceil(20000 / 3) = 6667, rounded up to 6669; the fast
+    # list steps by 8 there, so 6669 is not in it; it ends at 16368 (8192..16383 step 16)
+    plan = plan_warmup(glm51_shapes(), 10000, CPSetup(3, "interleave"), fast=True)
+    assert (plan.m_max, plan.dense_m_max) == (16368, 6669)
     dense = by_name(plan)["attn.o_proj"]
-    assert dense.after[-1] == plan.dense_m_max and max(dense.before) == 32768
+    assert 6669 not in dense.before and dense.after[-1] == 6669
+    assert list(dense.after[:-1]) == [m for m in dense.before if m <= 6669]
+
+
+def test_no_cp_keeps_sglangs_list_exactly():
+    for fast in (False, True):
+        plan = plan_warmup(glm51_shapes(moe="both"), 12288, fast=fast)
+        assert all(e.after == e.before for e in plan.entries)
 
 
 def test_masked_moe_keeps_every_m_and_contig_filters_alignment():
@@ -158,9 +200,12 @@ def test_compress_runs():
 
 
 def test_to_dict_is_compact():
-    d = plan_warmup(glm51_reduced_shapes(), 65536, CPSetup(8, "zigzag")).to_dict()
+    d = plan_warmup(glm51_reduced_shapes(), 65536, CPSetup(8, "interleave")).to_dict()
     assert d["entries"][0]["after"] == {"count": 16384, "m_max": 16384, "runs": [(1, 16384, 1)]}
-    assert d["cp"] == {"size": 8, "split": "zigzag", "draft": False, "draft_cp": False}
+    assert d["cp"] == {"size": 8, "split": "interleave", "draft": False, "draft_cp": False}
+    assert (d["m_list_source"], d["forward_tokens"], d["rank_rows"]) == (
+        "copy of sglang 0.5.23", 131072, 16384,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -200,16 +245,19 @@ def test_bad_input_messages(call, pattern):
 
 
 def test_fast_to_chunk_samples_past_sglangs_32k_cap():
-    shapes = glm51_shapes()
-    plain = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast=True)
-    filled = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast=True, fast_to_chunk=True)
+    shapes, cp8 = glm51_shapes(), CPSetup(8, "interleave")
+    plain = plan_warmup(shapes, 65536, cp8, fast=True)
+    filled = plan_warmup(shapes, 65536, cp8, fast=True, fast_to_chunk=True)
     assert plain.m_max == filled.m_max == 32768  # SGLang's own fast list is unchanged
+    assert plain.fast_to_chunk == () and filled.fast_to_chunk[-1] == 65536
+    assert min(filled.fast_to_chunk) > 32768  # SGLang's sample already holds everything below
     for a, b in zip(plain.entries, filled.entries, strict=True):
         assert a.before == b.before and set(a.after) <= set(b.after)
-        assert max(b.after) == (65536 if b.shape.kernel.grouped else 8192)
-        assert max(a.after) == (32768 if a.shape.kernel.grouped else 4096)
+        assert max(b.after) == (65536 if b.shape.kernel.grouped else 16384)
+        assert max(a.after) == (32768 if a.shape.kernel.grouped else 16384)
+        assert ("fast_to_chunk added" in b.reason) and "fast_to_chunk" not in a.reason
     # nothing to fill when the chunk fits SGLang's list, or outside fast mode
-    small = plan_warmup(shapes, 8192, CPSetup(8, "zigzag"), fast=True, fast_to_chunk=True)
-    assert small == plan_warmup(shapes, 8192, CPSetup(8, "zigzag"), fast=True)
-    full = plan_warmup(shapes, 65536, CPSetup(8, "zigzag"), fast_to_chunk=True)
-    assert full == plan_warmup(shapes, 65536, CPSetup(8, "zigzag"))
+    small = plan_warmup(shapes, 8192, cp8, fast=True, fast_to_chunk=True)
+    assert small == plan_warmup(shapes, 8192, cp8, fast=True)
+    full = plan_warmup(shapes, 65536, cp8, fast_to_chunk=True)
+    assert full == plan_warmup(shapes, 65536, cp8)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from deepgemm_compat.warmup import (
     CPSetup,
+    DenseCap,
     GemmShape,
     KernelType,
     PlanEntry,
@@ -35,7 +36,8 @@ def _plan() -> WarmupPlan:
         PlanEntry(GROUPED, before=(128, 256), after=(128, 256), reason="test"),
         PlanEntry(MASKED, before=(8, 16), after=(8, 16), reason="test"),
     )
-    return WarmupPlan(256, False, CPSetup(), 256, 64, entries)
+    cap = DenseCap(forward_tokens=256, rows=None, cap=64, reason="test")
+    return WarmupPlan(256, False, CPSetup(), 256, 64, cap, "test", entries=entries)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -52,6 +52,10 @@ def test_text_report_sm100_cp8(capsys):
         "  GEMM_NT_F8F8BF16: 16384 Ms up to 16384 per shape, 10 shapes "
         "(SGLang: 131072 up to 131072)"
     )
+    assert (
+        "  SGLang's list from sglang 0.5.23 update_deep_gemm_config; forwards up to 131072 "
+        "tokens, a CP rank runs at most 16384 rows"
+    ) in lines
     grouped = [ln for ln in lines if ln.startswith("  GROUPED_GEMM_NT_F8F8BF16_CONTIG:")]
     assert grouped and "1024 Ms up to 131072" in grouped[0] and "keeps the full grid" in grouped[0]
 

@@ -10,7 +10,7 @@ num_nextn_predict_layers 1.
 
 from __future__ import annotations
 
-from deepgemm_compat._plan import GemmShape, KernelType
+from deepgemm_compat._shapes import GemmShape, KernelType
 
 GLM51 = {
     "hidden_size": 6144,

@@ -1,142 +1,101 @@
-"""CP-aware DeepGEMM warmup plan: which M values to JIT-compile for each GEMM shape.
+"""CP-aware DeepGEMM warmup plan: which Ms to warm for each GEMM shape.
 
-DeepGEMM compiles one kernel per (kernel type, N, K, groups, M-dependent config) and
-SGLang warms a full M grid up to ``m_max``, derived from ``chunked_prefill_size``
-(``sglang/srt/layers/deep_gemm_wrapper/compile_utils.py``, 0.5.23):
+DeepGEMM compiles one kernel per (kernel type, N, K, groups, M-dependent config). SGLang warms
+one M list for every kernel (:mod:`deepgemm_compat._mlist`; grouped contiguous kernels keep the
+Ms divisible by the layout alignment). The plan starts from that list and changes it only where
+it must:
 
-* ``chunked < 1``: ``m_max = 65536``; ``chunked <= 8192``: ``16384``;
-  else ``min(2 * chunked, 131072)``. Full mode warms every M in ``1..m_max``.
-* fast mode (``SGLANG_JIT_DEEPGEMM_FAST_WARMUP``): 1..1024, then step 2 up to 2048, step 4
-  up to 4096, ... below ``min(chunked, 32768)``, plus that bound itself.
-* grouped contiguous kernels keep only Ms divisible by the layout alignment.
-
-Under CP with an in-sequence split (zigzag, interleave) a rank's dense GEMMs see about
-``m / cp`` rows, so their grid stops at ``max(ceil(m_max / cp), 2048)``. Grouped MoE
-GEMMs see the all-to-all re-gathered tokens and keep the full grid. A draft model that
-runs outside CP sees full-length chunks with the same shapes, so then nothing shrinks.
+* **no shrink** (no CP, CP without a sequence split, or a draft model outside CP that sees
+  whole chunks): every shape keeps SGLang's list exactly.
+* **shrink**: dense kernels stop at the most rows a rank can run, ``max_rank_rows(m, cp,
+  split)`` for forwards of up to ``m`` = SGLang's full-mode ``m_max`` tokens (the largest
+  forward SGLang's own warmup assumes), but never below ``floor``. Every M of SGLang's list up to
+  that cap stays; in fast mode the cap itself is added, as SGLang adds its own bound. Under
+  zigzag the cap is ``m`` (a batch with one short extend runs without CP), so nothing shrinks.
+  Grouped MoE kernels see the all-to-all re-gathered tokens and keep SGLang's list.
+* the bound ``m``: SGLang's scheduler keeps a prefill batch's extend tokens (mixed decode tokens
+  included) within ``chunked_prefill_size`` when chunking is on; ``max_prefill_tokens`` bounds it
+  only with chunking off, and then not the first request; PP dynamic chunking may reach
+  ``max(max_prefill_tokens, 1.25 * chunked)``. ``m_max`` (``2 * chunked`` up to 131,072) covers
+  these in the usual setups at about twice the chunk, and is what SGLang itself warms for.
+* ``fast_to_chunk`` (opt-in, fast mode): add SGLang's fast sample continued up to the chunk
+  size, for the Ms a 65,536-token chunk reaches above SGLang's 32,768 bound.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-class KernelType(StrEnum):
-    """SGLang's DeepGemmKernelType names."""
-
-    GEMM_NT_F8F8BF16 = "GEMM_NT_F8F8BF16"
-    GEMM_NT_F8F8BF16_BLOCK32 = "GEMM_NT_F8F8BF16_BLOCK32"
-    GEMM_NT_BF16BF16F32 = "GEMM_NT_BF16BF16F32"
-    GROUPED_GEMM_NT_F8F8BF16_CONTIG = "GROUPED_GEMM_NT_F8F8BF16_CONTIG"
-    GROUPED_GEMM_NT_F8F8BF16_MASKED = "GROUPED_GEMM_NT_F8F8BF16_MASKED"
-    GROUPED_GEMM_NT_BF16_CONTIG = "GROUPED_GEMM_NT_BF16_CONTIG"
-    GROUPED_GEMM_NT_BF16_MASKED = "GROUPED_GEMM_NT_BF16_MASKED"
-
-    @property
-    def grouped(self) -> bool:
-        return self.name.startswith("GROUPED")
-
-    @property
-    def contiguous(self) -> bool:
-        return self.name.endswith("_CONTIG")
-
-
-class CPSplit(StrEnum):
-    """How CP distributes a sequence: ``zigzag``/``interleave`` split it, ``none`` does not."""
-
-    ZIGZAG = "zigzag"
-    INTERLEAVE = "interleave"
-    NONE = "none"
+from deepgemm_compat._cp_rows import max_rank_rows
+from deepgemm_compat._mlist import fast_sample, resolve_m_list
+from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType
 
 
 @dataclass(frozen=True)
-class GemmShape:
-    """One GEMM family DeepGEMM compiles for: ``(M, K) x (groups, N, K)``."""
+class DenseCap:
+    """Where dense kernels stop, and why.
 
-    kernel: KernelType
-    n: int
-    k: int
-    groups: int = 1
-    name: str = ""
+    Attributes:
+        forward_tokens: the largest forward assumed (SGLang's full-mode ``m_max``).
+        rows: the most rows a rank runs under CP (``max_rank_rows``); None without a shrink.
+        cap: the last M dense kernels warm; None when SGLang's list is kept whole.
+        reason: one line for logs and reports.
+    """
 
-    def __post_init__(self) -> None:
-        kernel = KernelType(self.kernel)
-        object.__setattr__(self, "kernel", kernel)
-        for label, value in (("n", self.n), ("k", self.k), ("groups", self.groups)):
-            if not _is_int(value) or value < 1:
-                raise ValueError(
-                    f"GemmShape {self.name or kernel.value}: {label} must be a positive int, "
-                    f"got {value!r}"
-                )
-        if not kernel.grouped and self.groups != 1:
-            raise ValueError(
-                f"GemmShape {self.name or kernel.value}: dense kernel {kernel.value} "
-                f"takes groups=1, got {self.groups}"
+    forward_tokens: int
+    rows: int | None
+    cap: int | None
+    reason: str
+
+
+def dense_cap(forward_tokens: int, top: int, cp: CPSetup, floor: int = 2048) -> DenseCap:
+    """The dense cap for forwards of up to ``forward_tokens`` and an M list ending at ``top``."""
+    if not cp.splits_sequence:
+        why = "CP does not split the sequence" if cp.size > 1 else "no CP"
+        return DenseCap(forward_tokens, None, None, f"dense: SGLang's list ({why})")
+    if cp.draft and not cp.draft_cp:
+        why = "dense: SGLang's list (a draft model runs outside CP and sees full chunks)"
+        return DenseCap(forward_tokens, None, None, why)
+    rows = max_rank_rows(forward_tokens, cp.size, cp.split.value)
+    cap = max(rows, floor)
+    where = f"CP {cp.size} {cp.split.value}, forwards up to {forward_tokens} tokens"
+    if cap >= top:
+        if cp.split is CPSplit.ZIGZAG:
+            why = (
+                f"dense: SGLang's list (zigzag runs a batch with an extend shorter than "
+                f"{2 * cp.size} tokens without CP, so a rank can run all {rows} rows)"
             )
-
-    @property
-    def key(self) -> tuple[str, int, int, int]:
-        return (self.kernel.value, self.n, self.k, self.groups)
-
-
-@dataclass(frozen=True)
-class CPSetup:
-    """The context-parallel configuration of the prefill ranks."""
-
-    size: int = 1
-    split: CPSplit = CPSplit.NONE
-    draft: bool = False
-    draft_cp: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "split", CPSplit(self.split))
-        if not _is_int(self.size) or self.size < 1:
-            raise ValueError(f"CP size must be a positive int, got {self.size!r}")
-        if self.draft_cp and not self.draft:
-            raise ValueError(
-                "draft_cp=True needs draft=True (there is no draft model to run under CP)"
-            )
-
-    @property
-    def splits_sequence(self) -> bool:
-        return self.size > 1 and self.split is not CPSplit.NONE
+        else:
+            why = f"dense: SGLang's list (a rank runs up to {rows} rows: {where})"
+        return DenseCap(forward_tokens, rows, None, why)
+    floor_note = f", floor {floor}" if floor > rows else ""
+    why = f"dense: a rank runs at most {rows} rows ({where}); warm Ms up to {cap}{floor_note}"
+    return DenseCap(forward_tokens, rows, cap, why)
 
 
-def sglang_m_max(chunked_prefill_size: int) -> int:
-    """The largest M SGLang warms for a ``chunked_prefill_size`` (-1 = chunking off)."""
-    if not _is_int(chunked_prefill_size):
-        raise ValueError(f"chunked_prefill_size must be an int, got {chunked_prefill_size!r}")
+def shape_m_list(ms: Sequence[int], kernel: KernelType, cap: int | None) -> list[int]:
+    """The M list one kernel warms, before SGLang's contiguous-layout filter.
+
+    Args:
+        ms: SGLang's list (plus any ``fast_to_chunk`` Ms), ascending as SGLang builds it.
+        kernel: the kernel type; grouped kernels keep ``ms``.
+        cap: the dense cap, None to keep ``ms``.
+    """
+    ms = list(ms)
+    if kernel.grouped or cap is None or cap >= max(ms):
+        return ms
+    kept = [m for m in ms if m <= cap]
+    if cap not in kept:
+        kept.append(cap)  # fast mode: warm the largest M a rank runs, as SGLang warms its bound
+    return kept
+
+
+def fast_to_chunk_ms(chunked_prefill_size: int, ms: Sequence[int]) -> list[int]:
+    """Ms SGLang's fast sample would add if it ran on up to the chunk size (not in ``ms``)."""
     if chunked_prefill_size < 1:
-        return 64 * 1024
-    if chunked_prefill_size > 8192:
-        return min(128 * 1024, chunked_prefill_size * 2)
-    return 16 * 1024
-
-
-def sglang_m_list(chunked_prefill_size: int, fast: bool = False) -> list[int]:
-    """SGLang's warmup M list (full or fast mode), before any kernel-specific filter."""
-    if not fast:
-        return list(range(1, sglang_m_max(chunked_prefill_size) + 1))
-    bound = min(chunked_prefill_size, 32 * 1024) if chunked_prefill_size >= 1 else 16 * 1024
-    return fast_m_list(bound)
-
-
-def fast_m_list(bound: int) -> list[int]:
-    """SGLang's fast-mode sample up to ``bound``: 1..1024, then step 2 below 2048, step 4 below
-    4096, ..., plus ``bound`` itself."""
-    ms = list(range(1, min(bound, 1024) + 1))
-    next_m, step = 1024, 2
-    while next_m < bound:
-        ms += range(next_m, min(2 * next_m, bound), step)
-        next_m, step = next_m * 2, step * 2
-    ms.append(bound)
-    return sorted(set(ms))
+        return []
+    return sorted(set(fast_sample(chunked_prefill_size)) - set(ms))
 
 
 def _for_kernel(ms: list[int], kernel: KernelType, mk_alignment: int) -> tuple[int, ...]:
@@ -163,7 +122,7 @@ def compress(ms: tuple[int, ...]) -> list[tuple[int, int, int]]:
 
 @dataclass(frozen=True)
 class PlanEntry:
-    """The M grid of one shape before and after the CP shrink, and why."""
+    """The M grid of one shape as SGLang warms it (``before``) and as planned (``after``)."""
 
     shape: GemmShape
     before: tuple[int, ...]
@@ -174,27 +133,30 @@ class PlanEntry:
         def grid(ms: tuple[int, ...]) -> dict:
             return {"count": len(ms), "m_max": max(ms, default=0), "runs": compress(ms)}
 
+        s = self.shape
         return {
-            "name": self.shape.name,
-            "kernel": self.shape.kernel.value,
-            "n": self.shape.n,
-            "k": self.shape.k,
-            "groups": self.shape.groups,
-            "before": grid(self.before),
-            "after": grid(self.after),
-            "reason": self.reason,
-        }
+            "name": s.name, "kernel": s.kernel.value, "n": s.n, "k": s.k, "groups": s.groups,
+            "before": grid(self.before), "after": grid(self.after), "reason": self.reason,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class WarmupPlan:
-    """The whole plan; ``entries`` has one row per distinct (kernel, N, K, groups)."""
+    """The whole plan; ``entries`` has one row per distinct (kernel, N, K, groups).
+
+    ``m_max`` is the largest M of SGLang's list, ``dense_m_max`` the largest a dense kernel
+    warms, ``m_list_source`` where SGLang's list came from, ``fast_to_chunk`` the Ms that option
+    added (empty when off or nothing to add).
+    """
 
     chunked_prefill_size: int
     fast: bool
     cp: CPSetup
     m_max: int
     dense_m_max: int
+    cap: DenseCap
+    m_list_source: str
+    fast_to_chunk: tuple[int, ...] = ()
     entries: tuple[PlanEntry, ...] = field(default_factory=tuple)
 
     @property
@@ -210,22 +172,23 @@ class WarmupPlan:
         return {
             "chunked_prefill_size": self.chunked_prefill_size,
             "fast": self.fast,
-            "cp": {
-                "size": cp.size,
-                "split": cp.split.value,
-                "draft": cp.draft,
-                "draft_cp": cp.draft_cp,
-            },
+            "cp": {"size": cp.size, "split": cp.split.value, "draft": cp.draft,
+                   "draft_cp": cp.draft_cp},
+            "m_list_source": self.m_list_source,
             "m_max": self.m_max,
+            "forward_tokens": self.cap.forward_tokens,
+            "rank_rows": self.cap.rows,
             "dense_m_max": self.dense_m_max,
+            "fast_to_chunk": {"count": len(self.fast_to_chunk),
+                              "runs": compress(self.fast_to_chunk)},
             "before_total": self.before_total,
             "after_total": self.after_total,
             "entries": [e.to_dict() for e in self.entries],
-        }
+        }  # fmt: skip
 
 
 def plan_warmup(
-    shapes: list[GemmShape] | tuple[GemmShape, ...],
+    shapes: Sequence[GemmShape],
     chunked_prefill_size: int,
     cp: CPSetup | None = None,
     *,
@@ -233,6 +196,7 @@ def plan_warmup(
     fast_to_chunk: bool = False,
     floor: int = 2048,
     mk_alignment: int = 128,
+    source: str | None = None,
 ) -> WarmupPlan:
     """Plan the M grid per shape.
 
@@ -241,53 +205,46 @@ def plan_warmup(
             (kernel, N, K, groups) compile the same kernels and are merged.
         chunked_prefill_size: SGLang's ``--chunked-prefill-size`` (-1 = off).
         cp: the CP setup; ``None`` = no CP.
-        fast: model ``SGLANG_JIT_DEEPGEMM_FAST_WARMUP=1``.
-        fast_to_chunk: in fast mode, sample on up to ``chunked_prefill_size`` where SGLang's
-            fast list stops at 32,768 (a 65,536-token chunk would otherwise compile its
-            32K-64K kernels while serving).
-        floor: the smallest dense ``m_max`` after shrinking (2048).
+        fast: SGLang's fast warmup (``SGLANG_JIT_DEEPGEMM_FAST_WARMUP=1``).
+        fast_to_chunk: in fast mode, also warm SGLang's fast sample continued up to
+            ``chunked_prefill_size`` (SGLang's stops at 32,768). Off by default.
+        floor: the smallest dense cap: a margin (not derived) for forwards CP does not split,
+            such as decode and target verify, whose M is the batch's token count.
         mk_alignment: ``get_mk_alignment_for_contiguous_layout()`` (128 on SM90/SM100).
+        source: where SGLang's list comes from: ``"auto"``, ``"sglang"`` or ``"copy"``
+            (see :func:`deepgemm_compat.warmup.resolve_m_list`).
     """
     cp = cp or CPSetup()
     if not shapes:
         raise ValueError("plan_warmup needs at least one GemmShape")
     if floor < 1 or mk_alignment < 1:
         raise ValueError(f"floor and mk_alignment must be >= 1, got {floor}, {mk_alignment}")
-    base = sglang_m_list(chunked_prefill_size, fast)
-    m_max = base[-1]
-    # fast_to_chunk: the caps apply to the fast sample run on up to the chunk, not to `base`.
-    extend = fast and fast_to_chunk and chunked_prefill_size > m_max
-    target = chunked_prefill_size if extend else m_max
-    sample = fast_m_list(target) if extend else base
-    shrink = cp.splits_sequence and (not cp.draft or cp.draft_cp)
-    dense_cap = min(target, max(floor, math.ceil(target / cp.size))) if shrink else target
-    if shrink:
-        dense_why = f"dense: CP {cp.size} {cp.split.value} gives ~m/{cp.size} rows per rank"
-    elif cp.splits_sequence:
-        dense_why = "dense: no shrink (a draft model runs outside CP and sees full chunks)"
-    elif cp.size > 1:
-        dense_why = "dense: no shrink (CP does not split the sequence)"
-    else:
-        dense_why = "dense: no shrink (no CP)"
-    grouped_why = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
+    full, where = resolve_m_list(chunked_prefill_size, False, source)
+    base = resolve_m_list(chunked_prefill_size, True, source)[0] if fast else full
+    added = fast_to_chunk_ms(chunked_prefill_size, base) if fast and fast_to_chunk else []
+    ms = sorted([*base, *added])
+    cap = dense_cap(full[-1], ms[-1], cp, floor)
     merged: dict[tuple, GemmShape] = {}
     for s in shapes:
         prev = merged.get(s.key)
         name = s.name if prev is None or not prev.name else f"{prev.name}+{s.name}"
         merged[s.key] = GemmShape(s.kernel, s.n, s.k, s.groups, name)
+    grouped_why = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
+    fill_why = f"; fast_to_chunk added {len(added)} Ms up to {chunked_prefill_size}"
     entries = []
     for s in merged.values():
-        before = _for_kernel(base, s.kernel, mk_alignment)
-        cap = target if s.kernel.grouped else dense_cap
-        if cap == m_max and not extend:  # the sample is `base`, nothing cut
-            after = before
-        else:
-            ms = [m for m in sample if m <= cap]
-            if ms[-1] != cap:
-                ms.append(cap)
-            after = _for_kernel(ms, s.kernel, mk_alignment)
-        reason = grouped_why if s.kernel.grouped else dense_why
-        if extend:
-            reason += f"; fast mode sampled up to {cap} (SGLang's fast list stops at {m_max})"
-        entries.append(PlanEntry(s, before, after, reason))
-    return WarmupPlan(chunked_prefill_size, fast, cp, m_max, dense_cap, tuple(entries))
+        after = shape_m_list(ms, s.kernel, cap.cap)
+        reason = (grouped_why if s.kernel.grouped else cap.reason) + (fill_why if added else "")
+        entries.append(
+            PlanEntry(
+                s,
+                _for_kernel(base, s.kernel, mk_alignment),
+                _for_kernel(after, s.kernel, mk_alignment),
+                reason,
+            )
+        )
+    dense_top = ms[-1] if cap.cap is None else cap.cap
+    return WarmupPlan(
+        chunked_prefill_size, fast, cp, base[-1], dense_top, cap, where, tuple(added),
+        tuple(entries),
+    )  # fmt: skip

@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from deepgemm_compat._mlist import SOURCE_ENV, SOURCES
+
 DESCRIPTION = """\
 Check and plan sgl-deep-gemm for SGLang deployments.
 
@@ -20,12 +22,15 @@ Check and plan sgl-deep-gemm for SGLang deployments.
 """
 
 PLAN_EPILOG = """\
-The shrink: under CP with a sequence split (zigzag, interleave), dense GEMMs see ~m/cp rows
-per rank, so their grid stops at max(ceil(m_max / cp), --floor); grouped MoE GEMMs keep the
-full grid. With a draft model outside CP (--draft without --draft-cp) nothing shrinks.
-m_max follows SGLang: 2 * chunked (capped at 131072) for chunked > 8192.
+SGLang's list: taken from SGLang's own update_deep_gemm_config when sglang is importable
+(--m-list auto), else from the copy held equal to it (see README).
+The shrink: under CP with a sequence split, dense GEMMs stop at the most rows one rank can run
+for a forward of up to m_max tokens (m_max = the top of SGLang's full list, e.g. 2 * chunked up
+to 131072), and never below --floor. Interleave: roundup(ceil(m_max / cp), cp). Zigzag: no
+shrink, because a batch with an extend shorter than 2 * cp runs without CP. Grouped MoE GEMMs
+keep SGLang's list. With a draft model outside CP (--draft without --draft-cp) nothing shrinks.
 
-example: deepgemm-compat plan --chunked 65536 --cp 8 --split zigzag
+example: deepgemm-compat plan --chunked 65536 --cp 8 --split interleave
 """
 
 
@@ -57,12 +62,24 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--split",
         choices=("zigzag", "interleave", "none"),
-        default="zigzag",
-        help="how CP splits a sequence; zigzag",
+        default="interleave",
+        help="how CP splits a sequence (SGLang's --cp-strategy); interleave",
     )
     plan.add_argument("--draft", action="store_true", help="a draft (EAGLE/MTP) model runs")
     plan.add_argument("--draft-cp", action="store_true", help="the draft model runs under CP too")
     plan.add_argument("--fast", action="store_true", help="model SGLANG_JIT_DEEPGEMM_FAST_WARMUP=1")
+    plan.add_argument(
+        "--fast-to-chunk",
+        action="store_true",
+        help="with --fast, also warm SGLang's fast sample continued up to --chunked",
+    )
+    plan.add_argument(
+        "--m-list",
+        choices=SOURCES,
+        default=None,
+        help="SGLang's list from sglang itself, the copy, or auto (sglang when importable); "
+        f"default ${SOURCE_ENV} or auto",
+    )
     plan.add_argument(
         "--floor", type=int, default=2048, help="smallest dense m_max after shrink; 2048"
     )
@@ -86,8 +103,9 @@ def _plan(args: argparse.Namespace) -> int:
         shapes = glm51_reduced_shapes(ep=args.ep)
     cp = CPSetup(args.cp, args.split, args.draft, args.draft_cp)
     plan = plan_warmup(
-        shapes, args.chunked, cp, fast=args.fast, floor=args.floor, mk_alignment=args.mk_alignment
-    )
+        shapes, args.chunked, cp, fast=args.fast, fast_to_chunk=args.fast_to_chunk,
+        floor=args.floor, mk_alignment=args.mk_alignment, source=args.m_list,
+    )  # fmt: skip
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=1))
         return 0
@@ -99,7 +117,14 @@ def _plan(args: argparse.Namespace) -> int:
         f"chunked_prefill_size={plan.chunked_prefill_size} fast={plan.fast} cp={cp.size} "
         f"split={cp.split.value} draft={cp.draft} draft_cp={cp.draft_cp}"
     )
-    print(f"m_max {plan.m_max} -> dense {plan.dense_m_max}")
+    print(f"SGLang's M list: {plan.m_list_source}")
+    rows = "" if plan.cap.rows is None else f"; a rank runs at most {plan.cap.rows} rows"
+    print(
+        f"m_max {plan.m_max} -> dense {plan.dense_m_max} (forwards up to "
+        f"{plan.cap.forward_tokens} tokens{rows})"
+    )
+    if plan.fast_to_chunk:
+        print(f"fast_to_chunk: {len(plan.fast_to_chunk)} Ms added up to {plan.fast_to_chunk[-1]}")
     print(head)
     print("-" * len(head))
     for e in plan.entries:

@@ -3,8 +3,8 @@
 Example (CPU, no DeepGEMM needed)::
 
     from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup
-    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "zigzag"))
-    plan.dense_m_max          # 16384 (131072 without CP)
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "interleave"))
+    plan.dense_m_max          # 16384 (131072 without CP, and under zigzag)
 
 ``run_warmup(plan)`` executes it on the current GPU: one call per (shape, M), which makes
 DeepGEMM JIT-compile every kernel config the grid reaches.
@@ -16,24 +16,34 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from deepgemm_compat._cp_rows import cp_applies, max_rank_rows, rank_rows
 from deepgemm_compat._glm51 import GLM51, glm51_reduced_shapes, glm51_shapes
+from deepgemm_compat._mlist import (
+    HELD_EQUAL_TO,
+    copy_m_list,
+    resolve_m_list,
+    sglang_m_list,
+    sglang_m_max,
+    upstream_m_list,
+)
 from deepgemm_compat._plan import (
-    CPSetup,
-    CPSplit,
-    GemmShape,
-    KernelType,
+    DenseCap,
     PlanEntry,
     WarmupPlan,
     compress,
+    dense_cap,
+    fast_to_chunk_ms,
     plan_warmup,
-    sglang_m_list,
-    sglang_m_max,
+    shape_m_list,
 )
+from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType
 
 __all__ = [
     "GLM51",
+    "HELD_EQUAL_TO",
     "CPSetup",
     "CPSplit",
+    "DenseCap",
     "GemmShape",
     "KernelType",
     "PlanEntry",
@@ -41,12 +51,21 @@ __all__ = [
     "WarmupPlan",
     "WarmupRun",
     "compress",
+    "copy_m_list",
+    "cp_applies",
+    "dense_cap",
+    "fast_to_chunk_ms",
     "glm51_reduced_shapes",
     "glm51_shapes",
+    "max_rank_rows",
     "plan_warmup",
+    "rank_rows",
+    "resolve_m_list",
     "run_warmup",
     "sglang_m_list",
     "sglang_m_max",
+    "shape_m_list",
+    "upstream_m_list",
 ]
 
 

@@ -63,6 +63,8 @@ def _warmup_section(hf_config: Any, resolved: dict[str, Any], server_args: Any) 
         row["reason"] = e.reason
     return {
         "inputs": inputs.__dict__, "dense_m_max": p.dense_m_max, "m_max": p.m_max,
+        "m_list_source": p.m_list_source, "forward_tokens": p.cap.forward_tokens,
+        "rank_rows": p.cap.rows, "fast_to_chunk_ms": len(p.fast_to_chunk),
         "total_ms": p.after_total, "sglang_total_ms": p.before_total, "kernels": dict(kernels),
     }  # fmt: skip
 
@@ -155,6 +157,11 @@ def render_text(r: dict[str, Any]) -> str:
             f"  {w['total_ms']} kernel Ms in all (SGLang: {w['sglang_total_ms']}); it applies to "
             f"the GEMMs DeepGEMM runs (fp8 GEMM runner {res['fp8_gemm_runner_backend']}, MoE "
             f"runner {res['moe_runner_backend']})"
+        )
+        rows = w["rank_rows"]
+        out.append(
+            f"  SGLang's list from {w['m_list_source']}; forwards up to {w['forward_tokens']} "
+            f"tokens" + (f", a CP rank runs at most {rows} rows" if rows is not None else "")
         )
         for name, k in sorted(w["kernels"].items()):
             out.append(

@@ -62,7 +62,10 @@ SPECS: tuple[HookSpec, ...] = (
         kind="around",
         params=("kernel_type", "n", "k", "num_groups", "m_list"),
         hook=compile_with_cp_plan,
-        why="warm DeepGEMM for the per-rank maximum M under CP (deepgemm_compat plan)",
-        requires=("deepgemm_compat.warmup:plan_warmup", "deepgemm_compat.warmup:CPSetup"),
+        why="SGLang's own DeepGEMM warmup list, dense kernels capped at a CP rank's rows",
+        requires=tuple(
+            f"deepgemm_compat.warmup:{name}"
+            for name in ("CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max")
+        ),
     ),
 )
