@@ -40,7 +40,9 @@ def test_run_merges_rows_and_writes_json_png_md(bench, tmp_path):
     assert "\n| 3 | " in md and "\n| 1,000 | 0.254 s (0.250-0.281) |" in md
     assert "median of 2 runs per cell after 0 warm-up runs" in md  # the new run's notes
     assert "median of 21 runs per cell after 2 warm-up runs" in md  # the recorded run's
-    assert md.endswith("![govctl check vs check-jsonschema](govctl.png)\n")  # prose kept
+    # hand-written prose around the generated sections is kept, the upstream record included
+    assert "\n![govctl check vs check-jsonschema](govctl.png)\n" in md
+    assert md.endswith(RECORD.joinpath("govctl.md").read_text().rpartition("\n\n")[2])
     assert (tmp_path / "govctl.png").stat().st_size > 0
 
 
