@@ -10,6 +10,7 @@ from sglang_cpkv.hooks.indexcache_overrides import (
     get_config_with_indexcache,
     validate_tbo_index_sharing,
 )
+from sglang_cpkv.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
 
 _HF = "sglang.srt.utils.hf_transformers.config"
 
@@ -64,5 +65,14 @@ SPECS: tuple[HookSpec, ...] = (
         hook=compile_with_cp_plan,
         why="warm DeepGEMM for the per-rank maximum M under CP (deepgemm_compat plan)",
         requires=("deepgemm_compat.warmup:plan_warmup", "deepgemm_compat.warmup:CPSetup"),
+    ),
+    HookSpec(
+        name="ragged-offsets",
+        target="sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend"
+        ".init_forward_metadata",
+        kind="around",
+        params=("self", "forward_batch"),
+        hook=init_forward_metadata_with_chunk_offsets,
+        why="interleave CP + RAGGED top-k without prefix: offsets into the whole gathered chunk",
     ),
 )
