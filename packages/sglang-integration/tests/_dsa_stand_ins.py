@@ -99,7 +99,7 @@ class SparseMLA:
         kv2 = kv.reshape(kv.shape[0], -1)
         idx = indices.reshape(indices.shape[0], -1)
         if topk_length is not None:
-            cols = torch.arange(idx.shape[1])[None, :]
+            cols = torch.arange(idx.shape[1], device=idx.device)[None, :]
             idx = torch.where(cols < topk_length[:, None], idx, -1)
         width = int((idx >= 0).sum(-1).max()) if idx.numel() else 0
         idx = idx.sort(-1, descending=True).values[:, : max(width, 1)]  # valid entries first
