@@ -180,8 +180,8 @@ def test_disable_hooks_by_name():
     from sglang_cpkv.plugin import DISABLE_ENV, enabled_specs
 
     names = [s.name for s in enabled_specs(env={DISABLE_ENV: "deepgemm-warmup, config-repair"})]
-    assert names == ["indexcache-overrides", "tbo-index-sharing", "dsa-backends"]
-    assert len(enabled_specs(env={})) == len(SPECS) == 5
+    assert names == ["indexcache-overrides", "tbo-index-sharing", "dsa-backends", "ragged-offsets"]
+    assert len(enabled_specs(env={})) == len(SPECS) == 6
     with pytest.raises(HookDriftError, match=r"names unknown hooks \['nope'\]"):
         enabled_specs(env={DISABLE_ENV: "nope"})
 

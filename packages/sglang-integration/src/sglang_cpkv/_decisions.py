@@ -21,7 +21,8 @@ class Decision:
     """One decision.
 
     Attributes:
-        topic: ``"dsa-backends"``, ``"indexcache"``, ``"tbo"``, ``"config"`` or ``"warmup"``.
+        topic: ``"dsa-backends"``, ``"indexcache"``, ``"tbo"``, ``"config"``, ``"warmup"`` or
+            ``"ragged-offsets"``.
         message: what was decided, e.g. ``"decode backend trtllm -> flashmla_kv"``.
         reason: why.
     """

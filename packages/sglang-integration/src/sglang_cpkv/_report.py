@@ -1,6 +1,7 @@
 """What ``cpkv-serve --dry-run`` prints: the resolved deployment, as a dict and as text.
 
-Sections: backends and why, KV dtype and row layout, CP/parallel layout, the IndexCache schedule
+Sections: backends and why, KV dtype and row layout, CP/parallel layout, whether prefill hits
+SGLang's misplaced RAGGED top-k offsets (and whether the fix is active), the IndexCache schedule
 (full layers), the DeepGEMM warmup plan (Ms per kernel type), and every plugin decision.
 """
 
@@ -69,6 +70,25 @@ def _warmup_section(hf_config: Any, resolved: dict[str, Any], server_args: Any) 
     }  # fmt: skip
 
 
+def _ragged_offsets_section(
+    resolved: dict[str, Any], kv: dict[str, Any], capability: tuple[int, int] | None
+) -> dict[str, Any]:
+    from sglang_cpkv._dry_run import local_capability
+    from sglang_cpkv.hooks.ragged_offsets import ragged_exposure
+    from sglang_cpkv.plugin import DISABLE_ENV, registered_hooks
+
+    cap = capability or local_capability()
+    exposure = ragged_exposure(
+        enable_prefill_cp=bool(resolved["enable_prefill_cp"]), cp_strategy=resolved["cp_strategy"],
+        cp_size=resolved["attn_cp_size"], prefill_backend=resolved["dsa_prefill_backend"],
+        kv_layout=kv["layout"], sm_major=cap[0] if cap else None,
+        disaggregation_mode=resolved["disaggregation_mode"],
+    )  # fmt: skip
+    active = "ragged-offsets" in registered_hooks()
+    fix = "active (hook ragged-offsets)" if active else f"OFF (ragged-offsets in {DISABLE_ENV})"
+    return {"affected": exposure.affected, "reason": exposure.reason, "fix": fix}
+
+
 def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[str, Any]:
     """The dry-run report of a resolved ``ServerArgs`` record (JSON-serialisable)."""
     from indexcache import schedule_savings
@@ -100,6 +120,7 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
         "kv_cache": {"dtype": resolved["kv_cache_dtype"], "page_size": resolved["page_size"], **kv},
     }
     if dsa:
+        report["ragged_offsets"] = _ragged_offsets_section(resolved, kv, capability)
         schedule = effective_schedule(hf)
         report["indexcache"] = {
             "num_layers": schedule.num_layers, "num_full": schedule.num_full,
@@ -140,6 +161,10 @@ def render_text(r: dict[str, Any]) -> str:
         f"ep {res['ep_size']}, PD mode {res['disaggregation_mode']}, chunked prefill "
         f"{res['chunked_prefill_size']}, speculative {res['speculative_algorithm']}",
     ]
+    if "ragged_offsets" in r:
+        ro = r["ragged_offsets"]
+        state = f"affected, fix {ro['fix']}" if ro["affected"] else "not affected"
+        out += ["CP top-k offsets", f"  {state}: {ro['reason']}"]
     if "indexcache" in r:
         ic = r["indexcache"]
         out += [

@@ -10,6 +10,7 @@ from sglang_cpkv.hooks.indexcache_overrides import (
     get_config_with_indexcache,
     validate_tbo_index_sharing,
 )
+from sglang_cpkv.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
 
 _HF = "sglang.srt.utils.hf_transformers.config"
 
@@ -67,5 +68,14 @@ SPECS: tuple[HookSpec, ...] = (
             f"deepgemm_compat.warmup:{name}"
             for name in ("CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max")
         ),
+    ),
+    HookSpec(
+        name="ragged-offsets",
+        target="sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend"
+        ".init_forward_metadata",
+        kind="around",
+        params=("self", "forward_batch"),
+        hook=init_forward_metadata_with_chunk_offsets,
+        why="interleave CP + RAGGED top-k without prefix: offsets into the whole gathered chunk",
     ),
 )
