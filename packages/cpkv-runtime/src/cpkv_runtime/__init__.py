@@ -18,6 +18,7 @@ from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
 from ._invariants import check_invariants
 from ._layout import Layout, current_tokens, plan_layout
+from ._layout_static import plan_layout_static
 from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
 from .errors import BackendWarning, BuildError, CpkvError, InvariantError, LayoutError
 
@@ -35,6 +36,8 @@ __all__ = [  # noqa: RUF022
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    # Per-forward planning and the per-layer sequence (no host sync, CUDA-graph capturable)
+    "plan_layout_static",
     # Context parallelism
     "CPSplit",
     "cp_split",
