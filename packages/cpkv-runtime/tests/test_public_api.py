@@ -20,6 +20,8 @@ PUBLIC = {
     "current_page_mask",
     # Per-forward planning and the per-layer sequence
     "plan_layout_static",
+    "prepare_layer_step",
+    "LayerStep",
     # Context parallelism
     "CPSplit",
     "cp_split",

@@ -17,6 +17,7 @@ from ._backend import OP_NAMES, PRIORITY, Backend
 from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
 from ._invariants import check_invariants
+from ._layer_step import LayerStep, prepare_layer_step
 from ._layout import Layout, current_tokens, plan_layout
 from ._layout_static import plan_layout_static
 from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
@@ -38,6 +39,8 @@ __all__ = [  # noqa: RUF022
     "current_page_mask",
     # Per-forward planning and the per-layer sequence (no host sync, CUDA-graph capturable)
     "plan_layout_static",
+    "prepare_layer_step",
+    "LayerStep",
     # Context parallelism
     "CPSplit",
     "cp_split",

@@ -86,6 +86,10 @@ class Backend:
         reason: why it is unavailable, shown once in a warning when it was asked for.
         devices: device types it runs on (``{"cuda"}``; Triton under ``TRITON_INTERPRET=1``
             adds ``"cpu"``).
+        raw_ops: op name -> the bare launcher of that op, for per-layer loops that checked their
+            arguments once (:class:`cpkv_runtime.LayerStep`): the op's arguments with every
+            output passed, index tensors int32 and contiguous; no metadata checks, no
+            conversion, no allocation, return value ignored. Ops missing here use ``ops``.
     """
 
     name: str
@@ -93,6 +97,7 @@ class Backend:
     available: bool = True
     reason: str = ""
     devices: frozenset[str] = frozenset({"cuda"})
+    raw_ops: dict[str, Callable[..., object]] = field(default_factory=dict)
 
     def supports(self, op: str, device: torch.device) -> bool:
         return self.available and op in self.ops and device.type in self.devices

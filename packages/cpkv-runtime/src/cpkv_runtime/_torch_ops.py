@@ -205,4 +205,5 @@ TORCH_BACKEND = Backend(
         "plan_slots": plan_slots,
     },
     devices=frozenset({"cpu", "cuda", "meta", "mps", "xpu"}),
+    raw_ops={"materialize": materialize, "fill_current": fill_current, "remap_locs": remap_locs},
 )
