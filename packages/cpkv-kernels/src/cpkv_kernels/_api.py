@@ -144,3 +144,24 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
         "current_page_mask": current_page_mask,
         "plan_slots": plan_slots,
     }
+
+
+def make_raw_ops(impl: str) -> dict[str, Callable[..., object]]:
+    """The per-layer ops' bare launchers (``cpkv_runtime.Backend.raw_ops``): no checks, no
+    conversion, outputs passed in. CUDA: the ``torch.ops`` overloads (C++ checks only); Triton:
+    the launchers under the custom ops."""
+    if impl == "cuda":
+        ns = torch.ops.cpkv
+        return {
+            op: getattr(ns, f"{op}_cuda").default
+            for op in ("materialize", "fill_current", "remap_locs")
+        }
+    from .ops.fill_current import launch_fill_current
+    from .ops.materialize import launch_materialize
+    from .ops.remap_locs import launch_remap_locs
+
+    return {
+        "materialize": launch_materialize,
+        "fill_current": launch_fill_current,
+        "remap_locs": launch_remap_locs,
+    }
