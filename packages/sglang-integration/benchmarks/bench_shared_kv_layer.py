@@ -323,17 +323,8 @@ def run_dry(args) -> tuple[list[Row], dict]:
     return rows, {DRY_CASE.name: summary}
 
 
-def report(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
-    """Print the table and the per-case summaries; write the JSON and the PNG."""
-    header = ["case", "phase", "path", "mode", "backend", "variant", "p50 us", "p20", "p80", "note"]
-    body = []
-    for r in rows:
-        times = [f"{v:.1f}" if v is not None else "-" for v in (r.p50, r.p20, r.p80)]
-        meta = [str(r.meta.get("backend", "")), str(r.meta.get("variant", ""))]
-        body.append([r.case, r.phase, r.path, r.mode, *meta, *times, r.note])
-    print(text_table(header, body))
-    for case, s in summaries.items():
-        print(f"\n{case}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in s.items()))
+def write_outputs(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
+    """The JSON record and the PNG (rewritten after every case: a cut-short run keeps its cases)."""
     out.mkdir(parents=True, exist_ok=True)
     write_record(out / "shared-kv-layer.json", env, rows, summaries)
 
@@ -350,6 +341,19 @@ def report(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) ->
     }
     ylabel = "ms (CPU wall, toy sizes)" if env.get("dry") else "ms per layer (CUDA events, p50)"
     write_png(out / "shared-kv-layer.png", list(summaries), stacks, ylabel)
+
+
+def print_report(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
+    """The table, the per-case summaries and, on a GPU, one headline line per case."""
+    header = ["case", "phase", "path", "mode", "backend", "variant", "p50 us", "p20", "p80", "note"]
+    body = []
+    for r in rows:
+        times = [f"{v:.1f}" if v is not None else "-" for v in (r.p50, r.p20, r.p80)]
+        meta = [str(r.meta.get("backend", "")), str(r.meta.get("variant", ""))]
+        body.append([r.case, r.phase, r.path, r.mode, *meta, *times, r.note])
+    print(text_table(header, body))
+    for case, s in summaries.items():
+        print(f"\n{case}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in s.items()))
     print(f"\nwrote {out / 'shared-kv-layer.json'} and {out / 'shared-kv-layer.png'}")
     for case, s in summaries.items():
         if s.get("share") is not None and not env.get("dry"):
@@ -398,8 +402,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             torch.cuda.empty_cache()
             rows += case_rows
             summaries[case] = summary
+            write_outputs(rows, summaries, args.out, env)
             print(f"done {case} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    report(rows, summaries, args.out, env)
+    write_outputs(rows, summaries, args.out, env)
+    print_report(rows, summaries, args.out, env)
     return summaries
 
 
