@@ -8,6 +8,8 @@ import torch
 def as_bytes(x: torch.Tensor, lead: int) -> torch.Tensor:
     """``x`` as ``(*x.shape[:lead], row_bytes)`` uint8 (a copy: comparison only)."""
     x = x.contiguous()
+    if x.numel() == 0:  # reshape(..., -1) cannot infer a width from no elements
+        return torch.empty((*x.shape[:lead], 0), dtype=torch.uint8)
     return x.unsqueeze(-1).view(torch.uint8).reshape(*x.shape[:lead], -1)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from _cases import make_data, named_batches
 from _compare import assert_bitwise_equal
+from cpkv_kernels._plan_workspace import workspace_size
 from cpkv_runtime import OP_NAMES
 
 
@@ -33,6 +34,21 @@ def _args(device: str) -> dict[str, tuple]:
             lay.extend_lens,
             16,
             torch.empty(lay.req_pages.shape, dtype=torch.bool, device=device),
+        ),
+        "plan_slots": (
+            lay.req_pages,
+            lay.prefix_lens,
+            lay.extend_lens,
+            16,
+            lay.num_pages,
+            lay.req_pages.numel(),
+            True,
+            torch.empty(
+                workspace_size(lay.batch_size, lay.max_pages, lay.req_pages.numel()),
+                dtype=torch.int32,
+                device=device,
+            ),
+            torch.empty((lay.batch_size + 1, lay.num_pages), dtype=torch.int32, device=device),
         ),
     }
 
@@ -94,3 +110,19 @@ def test_compile_fullgraph(impl, device, impls, torch_ops):
     want = _pipeline(torch_ops, *args)
     for name, g, w in zip(("inverse", "dense", "remap", "mask"), got, want, strict=True):
         assert_bitwise_equal(f"compiled {name}", g, w, min(g.dim(), 2), "index")
+
+
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+def test_compile_fullgraph_plan_slots(impl, device, impls, torch_ops):
+    """The planner traces as one graph too (its outputs are views of one workspace)."""
+    if impl not in impls:
+        pytest.skip(f"{impl} kernels do not run here")
+    torch._dynamo.reset()
+    lay = make_data(named_batches(16)[0], "132B", device).layout
+    args = (lay.req_pages, lay.prefix_lens, lay.extend_lens, 16, lay.num_pages, 20, True)
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(
+        lambda *a: impls[impl]["plan_slots"](*a), fullgraph=True, backend=backend
+    )
+    for got, want in zip(compiled(*args), torch_ops["plan_slots"](*args), strict=True):
+        assert_bitwise_equal("compiled plan_slots", got, want, min(got.dim(), 2), "index")

@@ -18,6 +18,10 @@ PUBLIC = {
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    # Per-forward planning and the per-layer sequence
+    "plan_layout_static",
+    "prepare_layer_step",
+    "LayerStep",
     # Context parallelism
     "CPSplit",
     "cp_split",
@@ -76,6 +80,7 @@ def test_backend_contract_names():
         "fill_current",
         "remap_locs",
         "current_page_mask",
+        "plan_slots",
     )
     assert cpkv_runtime.PRIORITY == ("cuda", "triton", "torch")
     torch_backend = cpkv_runtime.available_backends()["torch"]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from . import _checks
+from ._plan_workspace import split_workspace, workspace_size
 
 _WIDE = (torch.int32, torch.int64)
 
@@ -25,7 +26,7 @@ def _index(t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> torch.Tensor:
 
 
 def make_ops(impl: str) -> dict[str, Callable[..., object]]:
-    """The five contract ops dispatching to ``torch.ops.cpkv.<op>_<impl>``.
+    """The contract ops (``cpkv_runtime.OP_NAMES``) dispatching to ``torch.ops.cpkv.<op>_<impl>``.
 
     Args:
         impl: ``"triton"`` or ``"cuda"``. The CUDA ops take int32 request/slot indices (int64
@@ -35,6 +36,7 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
     bi, mat = getattr(ns, f"build_inverse_{impl}"), getattr(ns, f"materialize_{impl}")
     fill, remap = getattr(ns, f"fill_current_{impl}"), getattr(ns, f"remap_locs_{impl}")
     mask_op = getattr(ns, f"current_page_mask_{impl}")
+    plan_op = getattr(ns, f"plan_slots_{impl}")
     idx = (torch.int32,) if impl == "cuda" else _WIDE
 
     def build_inverse(
@@ -99,10 +101,67 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
         mask_op(req_pages, _index(prefix_lens, lens), _index(extend_lens, lens), page_size, mask)
         return mask
 
+    def plan_slots(
+        req_pages: torch.Tensor,
+        prefix_lens: torch.Tensor,
+        extend_lens: torch.Tensor,
+        page_size: int,
+        num_pages: int,
+        max_slots: int,
+        dedup: bool,
+    ) -> tuple[torch.Tensor, ...]:
+        _checks.check_plan_slots(
+            req_pages, prefix_lens, extend_lens, page_size, num_pages, max_slots
+        )
+        bsz, width = req_pages.shape
+        device = req_pages.device
+        workspace = torch.empty(
+            workspace_size(bsz, width, max_slots), dtype=torch.int32, device=device
+        )
+        inverse = torch.empty((bsz + 1, num_pages), dtype=torch.int32, device=device)
+        lens = (prefix_lens.dtype,) if prefix_lens.dtype in _WIDE else (torch.int32,)
+        plan_op(
+            _index(req_pages, _WIDE),
+            _index(prefix_lens, lens),
+            _index(extend_lens, lens),
+            page_size,
+            num_pages,
+            max_slots,
+            bool(dedup),
+            workspace,
+            inverse,
+        )
+        pages, lens_out, table, slot_page, slot_owner, info = split_workspace(
+            workspace, bsz, width, max_slots
+        )
+        return pages, lens_out, table, slot_page, slot_owner, inverse[:bsz], info
+
     return {
         "build_inverse": build_inverse,
         "materialize": materialize,
         "fill_current": fill_current,
         "remap_locs": remap_locs,
         "current_page_mask": current_page_mask,
+        "plan_slots": plan_slots,
+    }
+
+
+def make_raw_ops(impl: str) -> dict[str, Callable[..., object]]:
+    """The per-layer ops' bare launchers (``cpkv_runtime.Backend.raw_ops``): no checks, no
+    conversion, outputs passed in. CUDA: the ``torch.ops`` overloads (C++ checks only); Triton:
+    the launchers under the custom ops."""
+    if impl == "cuda":
+        ns = torch.ops.cpkv
+        return {
+            op: getattr(ns, f"{op}_cuda").default
+            for op in ("materialize", "fill_current", "remap_locs")
+        }
+    from .ops.fill_current import launch_fill_current
+    from .ops.materialize import launch_materialize
+    from .ops.remap_locs import launch_remap_locs
+
+    return {
+        "materialize": launch_materialize,
+        "fill_current": launch_fill_current,
+        "remap_locs": launch_remap_locs,
     }

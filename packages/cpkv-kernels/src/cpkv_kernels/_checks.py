@@ -151,3 +151,30 @@ def check_current_page_mask(
     if page_size <= 0:
         raise KernelInputError(f"page_size must be positive, got {page_size}")
     _same_device(req_pages, "req_pages", prefix_lens=prefix_lens, extend_lens=extend_lens)
+
+
+def check_plan_slots(
+    req_pages: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    page_size: int,
+    num_pages: int,
+    max_slots: int,
+) -> None:
+    _ndim(req_pages, "req_pages", (2,), "(B, M)")
+    _dtype(req_pages, "req_pages", _INDEX)
+    for name, x in (("prefix_lens", prefix_lens), ("extend_lens", extend_lens)):
+        _ndim(x, name, (1,), "(B,)")
+        _dtype(x, name, _INDEX)
+        _len(x, name, req_pages.shape[0], "one per request")
+    for name, value, low in (("page_size", page_size, 1), ("num_pages", num_pages, 1)):
+        if value < low:
+            raise KernelInputError(f"{name} must be >= {low}, got {value}")
+    if max_slots < 0:
+        raise KernelInputError(f"max_slots must be >= 0, got {max_slots}")
+    if req_pages.numel() >= 2**31 or max_slots >= 2**31:
+        raise KernelInputError(
+            f"plan_slots numbers pairs and slots in int32: B * M = {req_pages.numel()} and "
+            f"max_slots = {max_slots} must stay below 2^31"
+        )
+    _same_device(req_pages, "req_pages", prefix_lens=prefix_lens, extend_lens=extend_lens)

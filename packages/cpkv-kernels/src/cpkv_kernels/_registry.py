@@ -15,7 +15,7 @@ import warnings
 import torch
 from cpkv_runtime import Backend, register_backend
 
-from ._api import make_ops
+from ._api import make_ops, make_raw_ops
 from .errors import BuildWarning, KernelBuildError
 
 __all__ = ["cuda_backend", "register", "triton_backend"]
@@ -46,7 +46,9 @@ def triton_backend() -> Backend:
         from . import ops  # noqa: F401 - registers the cpkv::<op>_triton custom ops
     except ImportError as exc:
         return Backend("triton", available=False, reason=f"triton is not importable: {exc}")
-    return Backend("triton", ops=make_ops("triton"), devices=devices)
+    return Backend(
+        "triton", ops=make_ops("triton"), devices=devices, raw_ops=make_raw_ops("triton")
+    )
 
 
 def _cuda_backend(spec: object | None = None, *, need_device: bool = True) -> Backend:
@@ -71,7 +73,7 @@ def _cuda_backend(spec: object | None = None, *, need_device: bool = True) -> Ba
                 stacklevel=3,
             )
         return Backend("cuda", available=False, reason=reason)
-    return Backend("cuda", ops=make_ops("cuda"))
+    return Backend("cuda", ops=make_ops("cuda"), raw_ops=make_raw_ops("cuda"))
 
 
 def cuda_backend() -> Backend:

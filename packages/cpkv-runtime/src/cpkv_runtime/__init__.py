@@ -17,7 +17,9 @@ from ._backend import OP_NAMES, PRIORITY, Backend
 from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
 from ._invariants import check_invariants
+from ._layer_step import LayerStep, prepare_layer_step
 from ._layout import Layout, current_tokens, plan_layout
+from ._layout_static import plan_layout_static
 from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
 from .errors import BackendWarning, BuildError, CpkvError, InvariantError, LayoutError
 
@@ -35,6 +37,10 @@ __all__ = [  # noqa: RUF022
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    # Per-forward planning and the per-layer sequence (no host sync, CUDA-graph capturable)
+    "plan_layout_static",
+    "prepare_layer_step",
+    "LayerStep",
     # Context parallelism
     "CPSplit",
     "cp_split",

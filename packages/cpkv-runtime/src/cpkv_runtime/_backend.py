@@ -31,6 +31,21 @@ dim may have any stride); other layouts run on torch.
     returns int32 of locs' shape: ``inverse[req_id[n], loc // P] * P + loc % P``; -1 stays -1 and a
     page the request does not use maps to -1.
 
+``plan_slots(req_pages, prefix_lens, extend_lens, page_size, num_pages, max_slots, dedup)``
+    The slot plan of :func:`cpkv_runtime.plan_layout_static` (numbering of ``plan_layout``) in
+    shapes fixed by ``(B, M, num_pages, max_slots)``: no host sync, no value-dependent shape.
+    req_pages: (B, M) int32/int64; prefix_lens, extend_lens: (B,) int32/int64 (unvalidated).
+    returns the tuple ``(pages, lens, slot_table, slot_page, slot_owner, inverse, info)``:
+    pages (B, M) int32, ``req_pages`` with -1 at ``j >= pages_used[b]``; lens (4, B) int32, rows
+    prefix, extend, seq (= prefix + extend), pages_used (= ceil(seq / P)); slot_table (B, M)
+    int32; slot_page, slot_owner (max_slots,) int32, -1 from slot ``info[0]`` on (padding);
+    inverse (B, num_pages) int32; info (3,) int32 = (slots the batch needs, status, sum of
+    extend_lens). ``status`` is 0 on valid input, else an OR of bits: 1 a negative length,
+    2 a request needing more than M pages, 4 a used page outside ``[0, num_pages)``, 8 a
+    page listed twice by one request, 16 more slots needed than ``max_slots``. Pairs whose
+    slot would be ``>= max_slots`` get slot -1 (no inverse entry). With bits 1-8 set only
+    ``info`` is defined (kernels never write outside their outputs).
+
 ``current_page_mask(req_pages, prefix_lens, extend_lens, page_size) -> mask``
     req_pages: (B, M); prefix_lens, extend_lens: (B,).
     returns bool (B, M): True where request b's j-th page holds any of b's current tokens
@@ -52,6 +67,7 @@ OP_NAMES: tuple[str, ...] = (
     "fill_current",
     "remap_locs",
     "current_page_mask",
+    "plan_slots",
 )
 
 # Dispatch order when no backend is forced: the first available one that supports the device wins.
@@ -70,6 +86,10 @@ class Backend:
         reason: why it is unavailable, shown once in a warning when it was asked for.
         devices: device types it runs on (``{"cuda"}``; Triton under ``TRITON_INTERPRET=1``
             adds ``"cpu"``).
+        raw_ops: op name -> the bare launcher of that op, for per-layer loops that checked their
+            arguments once (:class:`cpkv_runtime.LayerStep`): the op's arguments with every
+            output passed, index tensors int32 and contiguous; no metadata checks, no
+            conversion, no allocation, return value ignored. Ops missing here use ``ops``.
     """
 
     name: str
@@ -77,6 +97,7 @@ class Backend:
     available: bool = True
     reason: str = ""
     devices: frozenset[str] = frozenset({"cuda"})
+    raw_ops: dict[str, Callable[..., object]] = field(default_factory=dict)
 
     def supports(self, op: str, device: torch.device) -> bool:
         return self.available and op in self.ops and device.type in self.devices

@@ -65,7 +65,7 @@ class Registry:
         """Add or replace a backend under ``backend.name``."""
         if not isinstance(backend, Backend):
             raise TypeError(f"register expects a cpkv_runtime.Backend, got {type(backend)!r}")
-        unknown = sorted(set(backend.ops) - set(OP_NAMES))
+        unknown = sorted((set(backend.ops) | set(backend.raw_ops)) - set(OP_NAMES))
         if unknown:
             raise LayoutError(
                 f"backend {backend.name!r} implements unknown ops {unknown}; known: {OP_NAMES}"

@@ -101,6 +101,8 @@ def check_invariants(
 
     Args:
         layout: always checked: slot table, inverse, owners; a written slot has one owner (inv. 2).
+            A padded layout (:func:`plan_layout_static`) is verified and checked on its used
+            slots (host syncs: this is a debugging aid).
         kv_pool: (num_pages, P, *row) and ``dense`` (S, P, *row): every history row of every
             request must equal its pool row (invariant 1). Without ``current_kv`` (right after
             :func:`materialize`) every slot must equal its source page entirely.
@@ -111,6 +113,9 @@ def check_invariants(
     Raises:
         InvariantError: naming the first offending request, position, page and slot.
     """
+    if layout.padded:  # check the used slots; padding slots belong to no request
+        layout = layout.exact()
+        dense = None if dense is None else dense[: layout.num_slots]
     _check_structure(layout)
     if dense is None:
         return

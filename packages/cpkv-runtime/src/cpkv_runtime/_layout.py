@@ -8,13 +8,14 @@ Keying by ``(request, page)`` instead of by page value is the fix for the cross-
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ._checks import any_true, as_index, check_count, raise_first, same_device, snippet
 from ._dispatch import dispatch
 from ._torch_ops import current_page_mask as current_page_mask_torch
+from ._torch_plan import STATUS_CAPACITY
 from .errors import LayoutError
 
 __all__ = ["Layout", "current_tokens", "plan_layout"]
@@ -42,6 +43,12 @@ class Layout:
             use it. Dense location of request b's pool location ``loc``:
             ``inverse[b, loc // P] * P + loc % P``.
         num_tokens: ``T = sum(extend_lens)``, the current tokens of the batch.
+        used_slots: None for :func:`plan_layout` (every slot used). From
+            :func:`plan_layout_static`: (1,) int32 on the device, the slots the batch needs;
+            ``S`` is then the capacity ``max_slots`` and ``slot_page``/``slot_owner`` hold -1
+            from ``used_slots`` on (padding slots, which no request uses).
+        status: None for :func:`plan_layout`. From :func:`plan_layout_static`: (1,) int32 on the
+            device, 0 when the input was valid and fit ``max_slots`` (see :meth:`verify`).
     """
 
     page_size: int
@@ -57,6 +64,13 @@ class Layout:
     slot_owner: torch.Tensor
     inverse: torch.Tensor
     num_tokens: int
+    used_slots: torch.Tensor | None = None
+    status: torch.Tensor | None = None
+
+    @property
+    def padded(self) -> bool:
+        """True for :func:`plan_layout_static`'s fixed-capacity layouts."""
+        return self.used_slots is not None
 
     @property
     def batch_size(self) -> int:
@@ -78,12 +92,69 @@ class Layout:
         """Bytes :func:`materialize` writes (and reads): ``num_slots * P * row_bytes``."""
         return self.num_slots * self.page_size * int(row_bytes)
 
-    def __repr__(self) -> str:
-        return (
-            f"Layout(B={self.batch_size}, max_pages={self.max_pages}, num_slots={self.num_slots}, "
-            f"page_size={self.page_size}, num_pages={self.num_pages}, dedup={self.dedup}, "
-            f"num_tokens={self.num_tokens}, device={self.device})"
+    def verify(self) -> Layout:
+        """Raise :class:`LayoutError` if the device-side checks of a padded layout failed.
+
+        One host sync for a padded layout planned with ``validate=False`` (a no-op otherwise:
+        :func:`plan_layout` validates before planning). The message is :func:`plan_layout`'s for
+        the same input, or names the capacity a batch needs.
+
+        Returns:
+            ``self``, for chaining.
+        """
+        if self.status is None or self.used_slots is None:
+            return self
+        status, needed = (int(v) for v in torch.cat([self.status, self.used_slots]).tolist())
+        if status:
+            raise_for_status(self, status, needed)
+        return self
+
+    def exact(self) -> Layout:
+        """This layout with the padding slots cut off (one host sync; ``self`` if not padded).
+
+        The result equals :func:`plan_layout`'s for the same batch, tensor for tensor.
+        """
+        if self.used_slots is None:
+            return self
+        self.verify()
+        n = int(self.used_slots)
+        return replace(
+            self,
+            slot_page=self.slot_page[:n],
+            slot_owner=self.slot_owner[:n],
+            used_slots=None,
+            status=None,
         )
+
+    def __repr__(self) -> str:
+        capacity = "" if self.used_slots is None else " (capacity; padded)"
+        return (
+            f"Layout(B={self.batch_size}, max_pages={self.max_pages}, num_slots={self.num_slots}"
+            f"{capacity}, page_size={self.page_size}, num_pages={self.num_pages}, "
+            f"dedup={self.dedup}, num_tokens={self.num_tokens}, device={self.device})"
+        )
+
+
+def raise_for_status(layout: Layout, status: int, needed: int) -> None:
+    """Raise the :class:`LayoutError` a nonzero ``status`` of ``plan_slots`` stands for.
+
+    Bad input is reported exactly as :func:`plan_layout` reports it (its checks rerun on the
+    layout's tensors, which keep every used entry as given); else the capacity was too small.
+    """
+    if status & ~STATUS_CAPACITY:
+        _validate(
+            layout.req_pages,
+            layout.prefix_lens,
+            layout.extend_lens,
+            layout.page_size,
+            layout.num_pages,
+        )
+        raise AssertionError(f"plan_slots status {status}, yet plan_layout's checks pass")
+    raise LayoutError(
+        f"the batch needs {needed} dense slots but max_slots = {layout.num_slots}; fix: pass "
+        f"max_slots >= sum(ceil(seq_lens / page_size)) (known on the host), or leave it None "
+        f"(B * max_pages, always enough)"
+    )
 
 
 def _validate(
@@ -252,7 +323,9 @@ def current_tokens(layout: Layout) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     """
     device = layout.device
     extend = layout.extend_lens.long()
-    token_req = torch.repeat_interleave(torch.arange(layout.batch_size, device=device), extend)
+    token_req = torch.repeat_interleave(  # output_size: no host sync for the length
+        torch.arange(layout.batch_size, device=device), extend, output_size=layout.num_tokens
+    )
     starts = torch.cumsum(extend, 0) - extend
     token_pos = layout.prefix_lens.long()[token_req] + (
         torch.arange(layout.num_tokens, device=device) - starts[token_req]

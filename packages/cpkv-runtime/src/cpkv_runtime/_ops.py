@@ -11,11 +11,12 @@ import torch
 
 from ._bytes import byte_rows, row_contiguous
 from ._checks import as_index, check_row_shape, first_true, same_device
-from ._dispatch import dispatch
+from ._dispatch import dispatch, resolve
 from ._invariants import check_invariants, debug_enabled
 from ._layout import Layout
 from ._op_checks import check_fill_values, check_locs
 from ._torch_ops import fill_current as fill_current_torch
+from ._torch_ops import materialize_padded
 from ._torch_ops import remap_locs as remap_locs_torch
 from .errors import InvariantError, LayoutError
 
@@ -51,6 +52,7 @@ def materialize(
 
     Returns:
         dense: (num_slots, P, *row). Shared read-only pages appear once (``layout.dedup``).
+        Padding slots of a :func:`plan_layout_static` layout are left as they were.
     """
     if kv_pool.dim() < 2 or tuple(kv_pool.shape[:2]) != (layout.num_pages, layout.page_size):
         raise LayoutError(
@@ -64,7 +66,13 @@ def materialize(
         check_row_shape("out", out, 2, "kv_pool", kv_pool, 2)
     if not (row_contiguous(kv_pool, 1) and (out is None or row_contiguous(out, 1))):
         backend = "torch"  # kernels take page-contiguous tensors only (see _backend.py)
-    dense = dispatch("materialize", device, backend)(kv_pool, layout.slot_page, out)
+    chosen = resolve("materialize", device, backend)
+    if layout.padded and chosen.name == "torch":  # -1 padding slots: the kernels skip them
+        if out is None:
+            out = kv_pool.new_empty((layout.num_slots, *kv_pool.shape[1:]))
+        dense = materialize_padded(kv_pool, layout.slot_page, out)
+    else:
+        dense = chosen.ops["materialize"](kv_pool, layout.slot_page, out)
     if debug_enabled():
         check_invariants(layout, kv_pool=kv_pool, dense=dense)
     return dense

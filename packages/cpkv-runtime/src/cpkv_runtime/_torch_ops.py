@@ -11,8 +11,9 @@ import torch
 
 from ._backend import Backend
 from ._bytes import word_rows
+from ._torch_plan import plan_slots
 
-__all__ = ["TORCH_BACKEND"]
+__all__ = ["TORCH_BACKEND", "materialize_padded"]
 
 
 def build_inverse(
@@ -63,6 +64,29 @@ def materialize(
         torch.index_select(src, 0, index, out=dst)
     else:  # strided pages: dtype-level copy (still no arithmetic on the values)
         out.copy_(kv_pool.index_select(0, index))
+    return out
+
+
+def materialize_padded(
+    kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """:func:`materialize` for padded slot lists (``plan_layout_static``): -1 slots untouched.
+
+    The kernels skip -1 slots natively; here the padding rows are read back and rewritten
+    (``out[s] = out[s]``) so that no host sync is needed to find them.
+
+    Args:
+        kv_pool: (num_pages, P, *row) any dtype, read-only.
+        slot_page: (S,) int32/int64 source page of each slot, -1 = padding (left untouched).
+        out: (S, P, *row) of kv_pool's dtype, written where ``slot_page >= 0``.
+    """
+    keep = (slot_page >= 0).view(-1, *([1] * (out.dim() - 1)))
+    pages = kv_pool.index_select(0, slot_page.long().clamp(min=0))
+    src, dst = word_rows(pages, 1), word_rows(out, 1)
+    if src is not None and dst is not None and src.dtype == dst.dtype:
+        torch.where(keep.view(-1, 1), src, dst, out=dst)
+    else:
+        out.copy_(torch.where(keep, pages, out))
     return out
 
 
@@ -178,6 +202,8 @@ TORCH_BACKEND = Backend(
         "fill_current": fill_current,
         "remap_locs": remap_locs,
         "current_page_mask": current_page_mask,
+        "plan_slots": plan_slots,
     },
     devices=frozenset({"cpu", "cuda", "meta", "mps", "xpu"}),
+    raw_ops={"materialize": materialize, "fill_current": fill_current, "remap_locs": remap_locs},
 )

@@ -173,6 +173,45 @@ void current_page_mask_cuda(const at::Tensor& req_pages, const at::Tensor& prefi
   C10_CUDA_CHECK(launch_current_page_mask(a, c10::cuda::getCurrentCUDAStream()));
 }
 
+void plan_slots_cuda(const at::Tensor& req_pages, const at::Tensor& prefix_lens, const at::Tensor& extend_lens,
+                     int64_t page_size, int64_t num_pages, int64_t max_slots, bool dedup,
+                     const at::Tensor& workspace, const at::Tensor& inverse) {
+  check_cuda(req_pages, "req_pages", workspace);
+  check_cuda(prefix_lens, "prefix_lens", workspace);
+  check_cuda(extend_lens, "extend_lens", workspace);
+  check_cuda(inverse, "inverse", workspace);
+  check_index(req_pages, "req_pages", true);
+  check_index(prefix_lens, "prefix_lens", true);
+  check_index(extend_lens, "extend_lens", true);
+  check_index(workspace, "workspace", false);
+  check_index(inverse, "inverse", false);
+  TORCH_CHECK(prefix_lens.scalar_type() == extend_lens.scalar_type(),
+              "prefix_lens and extend_lens must share a dtype");
+  TORCH_CHECK(req_pages.dim() == 2, "req_pages must be (B, M)");
+  const int64_t bsz = req_pages.size(0), width = req_pages.size(1);
+  TORCH_CHECK(prefix_lens.numel() == bsz && extend_lens.numel() == bsz, "prefix_lens and extend_lens must be (B,)");
+  TORCH_CHECK(page_size > 0 && num_pages > 0 && max_slots >= 0, "page_size, num_pages > 0 and max_slots >= 0");
+  TORCH_CHECK(bsz * width < (int64_t{1} << 31) && max_slots < (int64_t{1} << 31), "B * M and max_slots must be < 2^31");
+  TORCH_CHECK(workspace.numel() == 2 * bsz * width + 4 * bsz + 2 * max_slots + 3, "workspace has the wrong size");
+  TORCH_CHECK(inverse.dim() == 2 && inverse.size(0) == bsz + 1 && inverse.size(1) == num_pages,
+              "inverse must be (B + 1, num_pages)");
+  const c10::cuda::CUDAGuard guard(workspace.device());
+  PlanSlotsArgs a{req_pages.data_ptr(),
+                  req_pages.scalar_type() == at::kLong,
+                  prefix_lens.data_ptr(),
+                  extend_lens.data_ptr(),
+                  prefix_lens.scalar_type() == at::kLong,
+                  bsz,
+                  width,
+                  num_pages,
+                  max_slots,
+                  page_size,
+                  dedup,
+                  workspace.data_ptr<int32_t>(),
+                  inverse.data_ptr<int32_t>()};
+  C10_CUDA_CHECK(launch_plan_slots(a, c10::cuda::getCurrentCUDAStream()));
+}
+
 }  // namespace
 }  // namespace cpkv
 
@@ -188,6 +227,9 @@ TORCH_LIBRARY_FRAGMENT(cpkv, m) {
   m.def(
       "current_page_mask_cuda(Tensor req_pages, Tensor prefix_lens, Tensor extend_lens, int page_size, "
       "Tensor(a!) mask) -> ()");
+  m.def(
+      "plan_slots_cuda(Tensor req_pages, Tensor prefix_lens, Tensor extend_lens, int page_size, int num_pages, "
+      "int max_slots, bool dedup, Tensor(a!) workspace, Tensor(b!) inverse) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(cpkv, CUDA, m) {
@@ -196,4 +238,5 @@ TORCH_LIBRARY_IMPL(cpkv, CUDA, m) {
   m.impl("fill_current_cuda", &cpkv::fill_current_cuda);
   m.impl("remap_locs_cuda", &cpkv::remap_locs_cuda);
   m.impl("current_page_mask_cuda", &cpkv::current_page_mask_cuda);
+  m.impl("plan_slots_cuda", &cpkv::plan_slots_cuda);
 }

@@ -70,11 +70,30 @@ struct PageMaskArgs {
   int64_t page_size;
 };
 
+// The slot plan of a batch; workspace layout: cpkv_kernels._plan_workspace (int32): pages (B*M),
+// lens (4*B), slot table (B*M), slot page (S), slot owner (S), info (3).
+struct PlanSlotsArgs {
+  const void* req_pages;    // (B, M) int32 or int64
+  bool pages_are_64;
+  const void* prefix_lens;  // (B,) int32 or int64 (same dtype as extend_lens)
+  const void* extend_lens;  // (B,)
+  bool lens_are_64;
+  int64_t num_reqs;
+  int64_t width;  // M
+  int64_t num_pages;
+  int64_t max_slots;  // S
+  int64_t page_size;
+  bool dedup;
+  int32_t* workspace;  // written
+  int32_t* inverse;    // (B + 1, num_pages), written; row B is scratch
+};
+
 cudaError_t launch_build_inverse(const BuildInverseArgs& a, cudaStream_t stream);
 cudaError_t launch_materialize(const MaterializeArgs& a, cudaStream_t stream);
 cudaError_t launch_fill_current(const FillCurrentArgs& a, cudaStream_t stream);
 cudaError_t launch_remap_locs(const RemapArgs& a, cudaStream_t stream);
 cudaError_t launch_current_page_mask(const PageMaskArgs& a, cudaStream_t stream);
+cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream);
 
 // Widest power-of-two word (<= 16 bytes) dividing every value (byte widths, strides, addresses).
 inline int word_bytes(std::initializer_list<uint64_t> values) {

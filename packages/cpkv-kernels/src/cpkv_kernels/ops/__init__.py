@@ -4,6 +4,7 @@ from .build_inverse import build_inverse_triton
 from .current_page_mask import current_page_mask_triton
 from .fill_current import fill_current_triton
 from .materialize import materialize_triton
+from .plan_slots import plan_slots_triton
 from .remap_locs import remap_locs_triton
 
 __all__ = [
@@ -11,5 +12,6 @@ __all__ = [
     "current_page_mask_triton",
     "fill_current_triton",
     "materialize_triton",
+    "plan_slots_triton",
     "remap_locs_triton",
 ]

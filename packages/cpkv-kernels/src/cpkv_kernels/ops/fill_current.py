@@ -55,8 +55,7 @@ def _fill_current_kernel(
     tl.store(dense_ptr + (dst[:, None] + cols[None, :]), vals, mask=mask)
 
 
-@torch.library.custom_op("cpkv::fill_current_triton", mutates_args=("dense",))
-def fill_current_triton(
+def launch_fill_current(
     dense: torch.Tensor,
     current_kv: torch.Tensor,
     token_req: torch.Tensor,
@@ -64,16 +63,8 @@ def fill_current_triton(
     inverse: torch.Tensor,
     page_size: int,
 ) -> None:
-    """Scatter current rows into ``dense`` in place.
-
-    Args:
-        dense: (S, P, *row) any dtype, dims after the first contiguous; written in place.
-        current_kv: (T, *row) like ``dense``'s rows. Read-only.
-        token_req: (T,) int32/int64, request of each token.
-        out_cache_loc: (T,) int32/int64 pool location (page * P + offset), -1 = padding.
-        inverse: (B, num_pages) int32 per-request inverse.
-        page_size: P.
-    """
+    """The launcher of :func:`fill_current_triton` (same arguments), without the custom-op layer
+    (for per-layer loops: ``cpkv_runtime.LayerStep``)."""
     num_tokens = current_kv.shape[0]
     pages, rows_in = byte_rows(dense, "dense"), byte_rows(current_kv, "current_kv")
     row_bytes = rows_in.row_bytes
@@ -102,6 +93,28 @@ def fill_current_triton(
         COLS=cols,
         num_warps=4,
     )
+
+
+@torch.library.custom_op("cpkv::fill_current_triton", mutates_args=("dense",))
+def fill_current_triton(
+    dense: torch.Tensor,
+    current_kv: torch.Tensor,
+    token_req: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    inverse: torch.Tensor,
+    page_size: int,
+) -> None:
+    """Scatter current rows into ``dense`` in place.
+
+    Args:
+        dense: (S, P, *row) any dtype, dims after the first contiguous; written in place.
+        current_kv: (T, *row) like ``dense``'s rows. Read-only.
+        token_req: (T,) int32/int64, request of each token.
+        out_cache_loc: (T,) int32/int64 pool location (page * P + offset), -1 = padding.
+        inverse: (B, num_pages) int32 per-request inverse.
+        page_size: P.
+    """
+    launch_fill_current(dense, current_kv, token_req, out_cache_loc, inverse, page_size)
 
 
 @fill_current_triton.register_fake

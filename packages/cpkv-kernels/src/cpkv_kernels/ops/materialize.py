@@ -43,14 +43,11 @@ def _materialize_kernel(
     tl.store(dense_ptr + (dst[:, None] + cols[None, :]), vals, mask=mask)
 
 
-@torch.library.custom_op("cpkv::materialize_triton", mutates_args=("out",))
-def materialize_triton(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor) -> None:
-    """Copy pool pages into ``out``.
+def launch_materialize(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor) -> None:
+    """The launcher of :func:`materialize_triton` (same arguments), without the custom-op layer.
 
-    Args:
-        kv_pool: (num_pages, P, *row) any dtype, dims after the first contiguous. Read-only.
-        slot_page: (S,) int32/int64, source pool page of each slot; -1 leaves the slot untouched.
-        out: (S, P, *row) like ``kv_pool``, written.
+    For per-layer loops (``cpkv_runtime.LayerStep``): a custom-op call adds dispatcher time to
+    every launch.
     """
     num_slots = slot_page.shape[0]
     pool, dense = byte_rows(kv_pool, "kv_pool"), byte_rows(out, "out")
@@ -74,6 +71,18 @@ def materialize_triton(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torc
         COLS=cols,
         num_warps=4,
     )
+
+
+@torch.library.custom_op("cpkv::materialize_triton", mutates_args=("out",))
+def materialize_triton(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor) -> None:
+    """Copy pool pages into ``out``.
+
+    Args:
+        kv_pool: (num_pages, P, *row) any dtype, dims after the first contiguous. Read-only.
+        slot_page: (S,) int32/int64, source pool page of each slot; -1 leaves the slot untouched.
+        out: (S, P, *row) like ``kv_pool``, written.
+    """
+    launch_materialize(kv_pool, slot_page, out)
 
 
 @materialize_triton.register_fake

@@ -1,0 +1,227 @@
+// plan_slots: a batch's slot plan (plan_layout's numbering) in fixed shapes, no host sync.
+// Reference: cpkv_runtime's torch backend, op "plan_slots" (outputs and status bits).
+//
+// The pairs of a batch are few (8 requests x 1,056 pages = 8,448), so one block of 1,024 threads
+// scans them: pass 1 counts each request's uses of each page (in the inverse rows, which start at
+// -1) and records each page's first read-only use in a scratch row as pairs - flat index under
+// atomicMax; pass 2 numbers the pairs that open a slot in scan order (a block-wide exclusive scan
+// per tile, carried from tile to tile); pass 3 gives read-only pairs the slot of the page's first
+// use and writes the inverse. Cells other threads wrote are read with __ldcg (L2, not L1).
+#include "cpkv_common.cuh"
+#include "cpkv_launch.h"
+
+namespace cpkv {
+namespace {
+
+constexpr int kPlanThreads = 1024;
+constexpr int kPlanItems = 4;  // consecutive pairs per thread in the numbering pass
+constexpr int kWarps = kPlanThreads / 32;
+
+// Status bits (the contract in cpkv_runtime._backend).
+constexpr int kNegative = 1, kTooLong = 2, kBadPage = 4, kDuplicate = 8, kCapacity = 16;
+
+__device__ __forceinline__ int64_t floordiv(int64_t a, int64_t d) {  // d > 0
+  const int64_t q = a / d;
+  return (a < 0 && q * d != a) ? q - 1 : q;
+}
+
+template <typename T>
+__device__ __forceinline__ int64_t load_index(const void* p, int64_t i) {
+  return static_cast<int64_t>(__ldg(static_cast<const T*>(p) + i));
+}
+
+struct Pair {
+  bool used, valid, written;
+  int64_t b, page;
+};
+
+template <typename PageT, typename LenT>
+__device__ __forceinline__ Pair load_pair(const PlanSlotsArgs& a, int64_t f) {
+  Pair p;
+  p.b = f / a.width;
+  const int64_t j = f - p.b * a.width;
+  p.page = load_index<PageT>(a.req_pages, f);
+  const int64_t prefix = load_index<LenT>(a.prefix_lens, p.b);
+  const int64_t extend = load_index<LenT>(a.extend_lens, p.b);
+  p.used = j < floordiv(prefix + extend + a.page_size - 1, a.page_size);
+  p.valid = p.used && p.page >= 0 && p.page < a.num_pages;
+  p.written = p.used && extend > 0 && j >= floordiv(prefix, a.page_size);
+  return p;
+}
+
+// Exclusive prefix sum of one int per thread over the block; *total gets the block's sum.
+__device__ __forceinline__ int block_exclusive_sum(int v, int* warp_sums, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < kWarps ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, d);
+      if (lane >= d) w += y;
+    }
+    if (lane < kWarps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const int prefix = (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
+  *total = warp_sums[kWarps - 1];
+  __syncthreads();  // warp_sums is reused by the next call
+  return prefix;
+}
+
+template <typename PageT, typename LenT, bool kDedup>
+__global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs a) {
+  __shared__ int warp_sums[kWarps];
+  __shared__ int status;
+  __shared__ unsigned long long tokens;
+  if (threadIdx.x == 0) status = 0, tokens = 0;
+  __syncthreads();
+  const int64_t bsz = a.num_reqs, pairs = a.num_reqs * a.width, S = a.max_slots;
+  int32_t* pages_out = a.workspace;
+  int32_t* lens = pages_out + pairs;
+  int32_t* table = lens + 4 * bsz;
+  int32_t* slot_page = table + pairs;
+  int32_t* slot_owner = slot_page + S;
+  int32_t* info = slot_owner + S;
+  int32_t* scratch = a.inverse + bsz * a.num_pages;
+
+  for (int64_t b = threadIdx.x; b < bsz; b += kPlanThreads) {  // pass 0: lengths
+    const int64_t prefix = load_index<LenT>(a.prefix_lens, b);
+    const int64_t extend = load_index<LenT>(a.extend_lens, b);
+    const int64_t seq = prefix + extend, used = floordiv(seq + a.page_size - 1, a.page_size);
+    lens[b] = static_cast<int32_t>(prefix);
+    lens[bsz + b] = static_cast<int32_t>(extend);
+    lens[2 * bsz + b] = static_cast<int32_t>(seq);
+    lens[3 * bsz + b] = static_cast<int32_t>(used);
+    if (prefix < 0 || extend < 0) atomicOr(&status, kNegative);
+    if (used > a.width) atomicOr(&status, kTooLong);
+    atomicAdd(&tokens, static_cast<unsigned long long>(extend));  // wraps like int64 addition
+  }
+  // Passes 1 and 3 take kPlanItems pairs per thread per tile (strided, so accesses coalesce) and
+  // load them all before using any: the loads overlap instead of queueing one latency each.
+  constexpr int64_t kTile = static_cast<int64_t>(kPlanThreads) * kPlanItems;
+  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 1: counts, first uses
+    Pair p[kPlanItems];
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
+      if (f < pairs) p[u] = load_pair<PageT, LenT>(a, f);
+    }
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
+      if (f >= pairs) continue;
+      pages_out[f] = p[u].used ? static_cast<int32_t>(p[u].page) : -1;
+      if (p[u].used && !p[u].valid) atomicOr(&status, kBadPage);
+      if (!p[u].valid) continue;
+      atomicAdd(a.inverse + p[u].b * a.num_pages + p[u].page, 1);
+      if (kDedup && !p[u].written) {
+        atomicMax(scratch + p[u].page, static_cast<int32_t>(pairs - f));
+      }
+    }
+  }
+  __syncthreads();
+
+  int64_t carry = 0;  // pass 2: pairs that open a slot, numbered in scan order (blocked items)
+  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {
+    const int64_t f0 = t0 + static_cast<int64_t>(threadIdx.x) * kPlanItems;
+    Pair p[kPlanItems];
+    bool opens[kPlanItems];
+    int count = 0;
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      opens[u] = false;
+      const int64_t f = f0 + u;
+      if (f >= pairs) continue;
+      p[u] = load_pair<PageT, LenT>(a, f);
+      if (!p[u].valid) continue;
+      if (__ldcg(a.inverse + p[u].b * a.num_pages + p[u].page) > 0) atomicOr(&status, kDuplicate);
+      opens[u] = !kDedup || p[u].written || pairs - __ldcg(scratch + p[u].page) == f;
+      count += opens[u];
+    }
+    int tile_total = 0;
+    int64_t slot = carry + block_exclusive_sum(count, warp_sums, &tile_total);
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      if (!opens[u]) continue;
+      const bool fits = slot < S;
+      table[f0 + u] = fits ? static_cast<int32_t>(slot) : -1;
+      if (fits) {
+        slot_page[slot] = static_cast<int32_t>(p[u].page);
+        slot_owner[slot] = p[u].written ? static_cast<int32_t>(p[u].b) : -1;
+      }
+      ++slot;
+    }
+    carry += tile_total;
+  }
+  __syncthreads();
+
+  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 3: shared slots, inverse
+    Pair p[kPlanItems];
+    int32_t slot[kPlanItems];
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
+      slot[u] = -1;
+      if (f >= pairs) continue;
+      p[u] = load_pair<PageT, LenT>(a, f);
+      if (!p[u].valid) continue;
+      slot[u] = __ldcg(table + f);
+      if (kDedup && !p[u].written) {
+        const int64_t first = pairs - __ldcg(scratch + p[u].page);
+        if (first != f) slot[u] = __ldcg(table + first);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
+      if (f >= pairs) continue;
+      if (p[u].valid) a.inverse[p[u].b * a.num_pages + p[u].page] = slot[u];
+      table[f] = slot[u];
+    }
+  }
+  for (int64_t s = carry + threadIdx.x; s < S; s += kPlanThreads) {  // pass 4: padding slots
+    slot_page[s] = -1;
+    slot_owner[s] = -1;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    info[0] = static_cast<int32_t>(carry);
+    info[1] = status | (carry > S ? kCapacity : 0);
+    info[2] = static_cast<int32_t>(static_cast<int64_t>(tokens));
+  }
+}
+
+template <typename PageT, typename LenT>
+cudaError_t launch_typed(const PlanSlotsArgs& a, cudaStream_t stream) {
+  if (a.dedup) {
+    plan_slots_kernel<PageT, LenT, true><<<1, kPlanThreads, 0, stream>>>(a);
+  } else {
+    plan_slots_kernel<PageT, LenT, false><<<1, kPlanThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream) {
+  // -1 everywhere (0xFF bytes): the inverse's empty value, the first-use scratch's "none".
+  const size_t inverse_bytes = static_cast<size_t>(a.num_reqs + 1) * a.num_pages * sizeof(int32_t);
+  cudaError_t err = cudaMemsetAsync(a.inverse, 0xFF, inverse_bytes, stream);
+  if (err != cudaSuccess) return err;
+  if (a.pages_are_64) {
+    return a.lens_are_64 ? launch_typed<int64_t, int64_t>(a, stream)
+                         : launch_typed<int64_t, int32_t>(a, stream);
+  }
+  return a.lens_are_64 ? launch_typed<int32_t, int64_t>(a, stream)
+                       : launch_typed<int32_t, int32_t>(a, stream);
+}
+
+}  // namespace cpkv

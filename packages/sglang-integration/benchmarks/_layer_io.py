@@ -1,0 +1,219 @@
+"""Timing, environment and writers for ``bench_shared_kv_layer.py``, kept in one place.
+
+A stopgap: the repository's shared harness (``tools/benchkit``: environment capture, CUDA-event
+and CUDA-graph timing, records, tables, plots) is being built on another branch. Everything this
+benchmark needs from a harness is here and only here, under names close to benchkit's
+(``cuda_event_times``, ``cuda_graph_times``, ``wall_times``, ``write_record``), so that swapping
+it for benchkit touches this file and the imports of the script, nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+QUANTILES = (0.2, 0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class Times:
+    """p20/p50/p80 of ``n`` samples, in microseconds."""
+
+    p20: float
+    p50: float
+    p80: float
+    n: int
+
+    @staticmethod
+    def of(samples_us: list[float]) -> Times:
+        s = sorted(samples_us)
+        q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else s * 9
+        return Times(q[1], statistics.median(s), q[7], len(s))
+
+
+def _reps(first_us: float, budget_s: float, low: int, high: int) -> int:
+    return int(min(high, max(low, budget_s * 1e6 / max(first_us, 1.0))))
+
+
+def cuda_event_times(
+    fn: Callable[[], object], *, budget_s: float = 2.0, low: int = 5, high: int = 50
+) -> Times:
+    """Per-call GPU time of ``fn`` by CUDA events; one warm-up call, reps fitted to the budget."""
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    reps = high
+    for i in range(high):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+        if i == 0:
+            reps = _reps(samples[0], budget_s, low, high)
+        if len(samples) >= reps:
+            break
+    return Times.of(samples)
+
+
+def cuda_graph_times(
+    fn: Callable[[], object], *, budget_s: float = 2.0, low: int = 5, high: int = 50
+) -> Times:
+    """Per-replay GPU time of ``fn`` captured once in a CUDA graph (after a side-stream warm-up)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    try:
+        return cuda_event_times(graph.replay, budget_s=budget_s, low=low, high=high)
+    finally:
+        del graph
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How one run times: CUDA events and graphs on a GPU; on CPU (``--dry``) the host wall
+    clock, few reps, and no graphs."""
+
+    cuda: bool
+    budget_s: float = 1.5
+
+    def events(self, fn: Callable[[], object]) -> Times:
+        if self.cuda:
+            return cuda_event_times(fn, budget_s=self.budget_s)
+        return wall_times(fn, reps=3)
+
+    def graph(self, fn: Callable[[], object]) -> Times | None:
+        return cuda_graph_times(fn, budget_s=self.budget_s) if self.cuda else None
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def wall_times(fn: Callable[[], object], *, reps: int = 20, sync: bool = True) -> Times:
+    """Host wall time of ``fn`` in us; with ``sync`` each sample waits for the GPU to finish."""
+    cuda = torch.cuda.is_available()
+    fn()
+    samples = []
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if sync and cuda:
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return Times.of(samples)
+
+
+def capture_env(command: str) -> dict[str, object]:
+    """The record's environment: device, versions, time, command."""
+    env: dict[str, object] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu": platform.processor() or platform.machine(),
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    for dist in ("sglang", "sgl-deep-gemm"):
+        try:
+            from importlib.metadata import version
+
+            env[dist] = version(dist)
+        except Exception:
+            env[dist] = None
+    return env
+
+
+@dataclass
+class Row:
+    """One measured quantity of one case; times in microseconds."""
+
+    case: str
+    phase: str
+    path: str  # "cpkv" (materialised scratch), "replica" (whole pool), or "both" (shared phase)
+    mode: str  # "eager" (CUDA events), "graph" (replays), "host" (wall clock), "dry" (CPU check)
+    p20: float | None = None
+    p50: float | None = None
+    p80: float | None = None
+    n: int = 0
+    unit: str = "us"
+    note: str = ""
+    meta: dict[str, object] = field(default_factory=dict)
+
+    @staticmethod
+    def timed(case: str, phase: str, path: str, mode: str, t: Times, **meta: object) -> Row:
+        return Row(case, phase, path, mode, t.p20, t.p50, t.p80, t.n, meta=dict(meta))
+
+
+def write_record(path: Path, env: dict[str, object], rows: list[Row], summary: dict) -> None:
+    """JSON: ``{"env": ..., "summary": ..., "rows": [row + env, ...]}``."""
+    data = {"env": env, "summary": summary, "rows": [{**asdict(r), **env} for r in rows]}
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def text_table(header: list[str], body: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)
+    ]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(header), "-+-".join("-" * w for w in widths), *map(line, body)])
+
+
+def write_png(
+    path: Path, cases: list[str], stacks: dict[str, dict[str, list[float]]], ylabel: str
+) -> None:
+    """Stacked bars: per case, one bar per path ("cpkv", "replica"), one segment per phase (ms).
+
+    Args:
+        stacks: path -> phase -> one value per case, in milliseconds.
+        ylabel: what the values are (timing method).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.6 * len(cases) + 3), 4.5))
+    width, colors = 0.38, {}
+    for k, (path_name, phases) in enumerate(stacks.items()):
+        x = [i + (k - 0.5) * width for i in range(len(cases))]
+        bottom = [0.0] * len(cases)
+        for phase, values in phases.items():
+            label = None if phase in colors else phase
+            color = colors.setdefault(phase, f"C{len(colors)}")
+            ax.bar(x, values, width, bottom=bottom, color=color, label=label, edgecolor="k", lw=0.4)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        for xi, top in zip(x, bottom, strict=True):
+            ax.text(xi, top, path_name, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(cases)), cases, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title("one DSA layer: cpkv materialised scratch vs SGLang full replica", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

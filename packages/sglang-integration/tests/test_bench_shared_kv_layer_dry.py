@@ -1,0 +1,108 @@
+"""bench_shared_kv_layer.py --dry on CPU: SGLang's sparse-MLA kernel imports with the signature
+the benchmark calls, and the whole layer runs at toy sizes (a smoke check, not a timing).
+
+Test doubles, because the real kernels need CUDA: DeepGEMM's fp8 ``mqa_logits`` and SGLang's
+Triton ``sparse_mla_prefill`` are replaced by float32 torch references inside the benchmark's
+``--dry`` mode; the cpkv ops run for real on the torch backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).parents[1] / "benchmarks"
+pytestmark = pytest.mark.slow  # imports sglang (tens of seconds on a busy runner)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_shared_kv_layer", BENCH_DIR / "bench_shared_kv_layer.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCH_DIR))
+
+
+def test_dry_run_checks_parity_and_writes_the_record(bench, tmp_path):
+    summaries = bench.main(["--dry", "--out", str(tmp_path)])
+    (summary,) = summaries.values()
+    assert summary["sparse_mla_prefill_params"] == ["q", "kv", "indices", "sm_scale", "d_v"]
+    assert summary["parity[torch]"] == {
+        "scratch_equals_torch_path": True,
+        "indices_equal_torch_path": True,
+        "attention_cpkv_equals_replica": True,
+    }
+    # 3 requests on a 128-token prefix (8 pages of 16) + 40 new tokens each (3 private pages):
+    # the prefix is materialised once.
+    assert summary["used_slots[torch]"] == 8 + 3 * 3
+    assert 0 < summary["share"] < 1 and set(summary["goals_met"]) == {
+        "plan_us",
+        "host_us_per_layer",
+        "share",
+    }
+    record = json.loads((tmp_path / "shared-kv-layer.json").read_text())
+    rows = record["rows"]
+    timed = {(r["phase"], r["path"], r["mode"]) for r in rows if r["p50"] is not None}
+    assert timed >= {
+        ("plan", "cpkv", "host"),
+        ("plan", "cpkv", "eager"),
+        ("prepare", "cpkv", "host"),
+        ("cpkv_ops", "cpkv", "eager"),
+        ("cpkv_ops", "cpkv", "host"),
+        ("cpkv_ops: materialize + fill", "cpkv", "eager"),
+        ("cpkv_ops: remap", "cpkv", "eager"),
+        ("indexer", "both", "eager"),
+        ("attention", "cpkv", "eager"),
+        ("attention", "replica", "eager"),
+        ("layer", "cpkv", "eager"),
+        ("layer", "replica", "eager"),
+    }
+    graphs = [r for r in rows if r["mode"] == "graph"]
+    assert graphs and all(r["note"] == "CUDA graphs need a GPU" for r in graphs)
+    variants = {r["meta"].get("variant") for r in rows if r["phase"] == "plan"}
+    assert "plan_layout (definition)" in variants
+    assert "plan_layout_static validate=False (launch)" in variants
+    for key in ("p50", "p20", "p80", "unit", "torch", "timestamp", "command", "gpu_name"):
+        assert key in rows[0]
+    assert record["env"]["dry"] is True
+    assert (tmp_path / "shared-kv-layer.png").stat().st_size > 0
+
+
+def test_the_real_run_refuses_without_cuda(bench, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(SystemExit, match="no CUDA device: run with --dry"):
+        bench.main(["--out", str(tmp_path)])
+
+
+def test_ipython_stand_in_only_when_missing(bench, monkeypatch):
+    cases = sys.modules["_layer_cases"]
+    names = ("IPython", "IPython.display")
+    saved = {n: sys.modules[n] for n in names if n in sys.modules}
+    try:
+        for name in names:
+            sys.modules.pop(name, None)
+        monkeypatch.setattr(cases.importlib.util, "find_spec", lambda name: None)
+        assert cases.install_ipython_stand_in() is True
+        from IPython.display import HTML, display  # what sglang.utils imports
+
+        assert HTML("x") is None and display("x") is None
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+        monkeypatch.undo()
+    assert cases.install_ipython_stand_in() is (importlib.util.find_spec("IPython") is None)
