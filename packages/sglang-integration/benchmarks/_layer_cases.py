@@ -22,10 +22,7 @@ v 512 (absorbed), indexer 32 heads x 128, index_topk 2048, 78 layers, page size 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -240,26 +237,8 @@ def sparse_mla_reference(q, kv, indices, sm_scale, d_v=512, *, out=None) -> torc
     return out.copy_(result)
 
 
-def install_ipython_stand_in() -> bool:
-    """``sglang.utils`` imports ``HTML, display`` from ``IPython.display`` (for notebooks); where
-    IPython is missing, a two-name stand-in module lets the kernels' import chain load.
-
-    Returns:
-        True when the stand-in was installed.
-    """
-    if importlib.util.find_spec("IPython") is not None:
-        return False
-    display = types.ModuleType("IPython.display")
-    display.HTML = display.display = lambda *a, **k: None
-    package = types.ModuleType("IPython")
-    package.display = display
-    sys.modules.update({"IPython": package, "IPython.display": display})
-    return True
-
-
 def load_sparse_mla() -> Callable[..., torch.Tensor]:
     """SGLang's Triton sparse-MLA prefill kernel (imports without sgl-kernel)."""
-    install_ipython_stand_in()
-    from sglang.kernels.ops.attention.dsa.triton_sparse_mla_prefill import sparse_mla_prefill
+    from sglang_cpkv._sglang_kernels import load_sparse_mla_prefill
 
-    return sparse_mla_prefill
+    return load_sparse_mla_prefill()

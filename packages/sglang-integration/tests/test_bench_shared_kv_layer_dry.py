@@ -88,21 +88,28 @@ def test_the_real_run_refuses_without_cuda(bench, tmp_path):
         bench.main(["--out", str(tmp_path)])
 
 
-def test_ipython_stand_in_only_when_missing(bench, monkeypatch):
-    cases = sys.modules["_layer_cases"]
-    names = ("IPython", "IPython.display")
-    saved = {n: sys.modules[n] for n in names if n in sys.modules}
-    try:
-        for name in names:
-            sys.modules.pop(name, None)
-        monkeypatch.setattr(cases.importlib.util, "find_spec", lambda name: None)
-        assert cases.install_ipython_stand_in() is True
+def test_ipython_stand_in_only_for_the_import(monkeypatch):
+    from sglang_cpkv._sglang_kernels import ipython_stand_in
+
+    real = importlib.util.find_spec("IPython") is not None
+    with ipython_stand_in() as stood_in:
         from IPython.display import HTML, display  # what sglang.utils imports
 
+        assert stood_in is not real
+    if stood_in:
         assert HTML("x") is None and display("x") is None
+        assert "IPython" not in sys.modules and "IPython.display" not in sys.modules
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    saved = {n: sys.modules.pop(n) for n in ("IPython", "IPython.display") if n in sys.modules}
+    try:
+        with ipython_stand_in() as stood_in:
+            assert stood_in and sys.modules["IPython.display"].HTML("x") is None
+        assert "IPython" not in sys.modules  # taken out again
     finally:
-        for name in names:
-            sys.modules.pop(name, None)
         sys.modules.update(saved)
-        monkeypatch.undo()
-    assert cases.install_ipython_stand_in() is (importlib.util.find_spec("IPython") is None)
+    # matplotlib asks a loaded IPython whether a REPL runs (an H200 run died there once, with the
+    # stand-in left behind); after the block it finds none
+    import matplotlib.pyplot as plt
+
+    plt.switch_backend("agg")
+    plt.close(plt.figure())

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
-import warnings
 
 import pytest
 import torch
@@ -48,18 +45,9 @@ DEVICE = "cuda"
 def sparse_mla_prefill():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (SGLang's Triton sparse-MLA prefill kernel)")
-    try:
-        import IPython.display  # noqa: F401
-    except ImportError:  # sglang.utils imports HTML and display for notebooks only
-        display = types.ModuleType("IPython.display")
-        display.HTML = display.display = lambda *args, **kwargs: None
-        ipython = types.ModuleType("IPython")
-        ipython.display = display
-        sys.modules.update({"IPython": ipython, "IPython.display": display})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # import-time warnings of optional sglang dependencies
-        from sglang.kernels.ops.attention.dsa.triton_sparse_mla_prefill import sparse_mla_prefill
-    return sparse_mla_prefill
+    from sglang_cpkv._sglang_kernels import load_sparse_mla_prefill
+
+    return load_sparse_mla_prefill()
 
 
 def _indices(rows, offsets) -> torch.Tensor:
