@@ -5,11 +5,12 @@
   ``os.posix_spawn``, ``os.exec``, ``os.system``, ``subprocess.Popen``, ...) and the live children
   of this process counted from /proc before and after.
 - :func:`tree`: a directory's files with size, mtime and mode, to compare before and after.
-- :func:`run_measured`: the CLI in a fresh interpreter, with its peak RSS read from ``wait4`` (the
-  rusage of that one child, not of every child pytest ever had) and its spawns logged by the same
-  audit hook; an address-space limit makes a regression fail with MemoryError instead of
-  swapping the machine, and an optional file-size limit (``RLIMIT_FSIZE``) makes the kernel refuse
-  writes past a size, a real failing write that stands in for a full disk.
+- :func:`run_measured`: the CLI in a fresh interpreter, with its peak RSS (``VmHWM`` of its own
+  address space, read by the child as it exits: a child's ``ru_maxrss`` would include the pytest
+  process it was forked from) and its spawns logged by the same audit hook; an address-space
+  limit makes a regression fail with MemoryError instead of swapping the machine, and an optional
+  file-size limit (``RLIMIT_FSIZE``) makes the kernel refuse writes past a size, a real failing
+  write that stands in for a full disk.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import io
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,16 +99,22 @@ def tree(root: Path) -> dict[str, tuple[int, int, int]]:
 
 _RUNNER = """
 import resource, signal, sys
-log = open(sys.argv[1], "a")
+log, rss = open(sys.argv[1], "a"), sys.argv[2]
 spawn = {events!r}
 sys.addaudithook(lambda e, a: e in spawn and (log.write(e + "\\n"), log.flush()))
-limit = {address_space}
+limit, fsize = {address_space!r}, {fsize!r}
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-if {fsize} is not None:
+if fsize is not None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-    resource.setrlimit(resource.RLIMIT_FSIZE, ({fsize}, {fsize}))
-from {module} import main
-sys.exit(main(sys.argv[2:]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+try:
+    from {module} import main
+    code = main(sys.argv[3:])
+finally:
+    status = open("/proc/self/status").read()
+    hwm = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+    open(rss, "w").write(hwm)
+sys.exit(code)
 """
 
 
@@ -126,29 +132,26 @@ def run_measured(
 
     ``timeout`` only guards against a hang (the test then fails); nothing asserts on time.
     """
-    log, out, err = tmp / "spawn.log", tmp / "stdout.txt", tmp / "stderr.txt"
-    for f in (log, out, err):
+    log, rss = tmp / "spawn.log", tmp / "rss.txt"
+    for f in (log, rss):
         f.write_text("")
     code = _RUNNER.format(
         events=sorted(SPAWN_EVENTS), address_space=address_space, fsize=fsize, module=module
     )
-    with out.open("w") as o, err.open("w") as e:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(log), *argv], stdout=o, stderr=e, cwd=cwd
-        )
-        guard = threading.Timer(timeout, proc.kill)  # a hang fails the test instead of stalling
-        guard.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
-        finally:
-            guard.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(log), str(rss), *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=timeout,
+    )
     run = Run(
         proc.returncode,
-        out.read_text(),
-        err.read_text(),
+        proc.stdout,
+        proc.stderr,
         log.read_text().split(),
-        maxrss_kib=usage.ru_maxrss,
+        maxrss_kib=int(rss.read_text() or 0),
     )
     print(run, f"\npeak RSS {run.maxrss_kib} KiB")
     return run
