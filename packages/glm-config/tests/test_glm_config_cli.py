@@ -197,3 +197,11 @@ def test_module_entry_point(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "index_topk_freq: 4 -> 2" in proc.stdout
+
+
+def test_show_counts_and_plurals(run_line, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    (tmp_path / "config.json").write_text(json.dumps(raw("glm5_plain") | {"num_hidden_layers": 1}))
+    code, out, _ = run_line("show", tmp_path)
+    assert code == 0 and "glm_moe_dsa, 1 layer + 1 NextN" in out
+    assert "IndexCache: 1 of 1 layer runs the indexer" in out

@@ -127,3 +127,18 @@ def test_dims_and_token_counts_are_int32():
     with pytest.raises(ScheduleError, match=r"num_tokens must be <= 2147483647"):
         indexer_flops(2**31)
     assert indexer_flops(2**31 - 1, prefix_tokens=2**31 - 1) > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "lines"),
+    [
+        (["--layers", "1"], ["IndexCache schedule: 1 layer from", "(0 of 1 layer skip their"]),
+        (
+            ["--pattern", "FS"],
+            ["IndexCache schedule: 2 layers", "(1 of 2 layers skips its indexer)"],
+        ),
+    ],
+)
+def test_counts_and_plurals(run_line, argv, lines):
+    code, out, _ = run_line("schedule", *argv)
+    assert code == 0 and all(line in out for line in lines)

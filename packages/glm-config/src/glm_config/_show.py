@@ -116,7 +116,7 @@ def render_text(r: ShowResult) -> str:
         f"loaded (transformers {r.transformers_version})" if r.transformers_version else "loaded"
     )
     lines = [
-        f"{r.path}: {r.settings.model_type}, {s.num_layers} layers"
+        f"{r.path}: {r.settings.model_type}, {s.num_layers} layer{'' if s.num_layers == 1 else 's'}"
         + (f" + {s.num_nextn_layers} NextN" if s.num_nextn_layers else ""),
     ]
     for d in r.defects:
@@ -143,7 +143,8 @@ def render_text(r: ShowResult) -> str:
     ]
     saved = schedule_savings(s).saved_fraction
     lines.append(
-        f"IndexCache: {s.num_full} of {s.num_layers} layers run the indexer ({s.source}); "
+        f"IndexCache: {s.num_full} of {s.num_layers} layer{'' if s.num_layers == 1 else 's'} "
+        f"{'runs' if s.num_full == 1 else 'run'} the indexer ({s.source}); "
         f"indexer FLOPs saved {100 * saved:.1f}%"
     )
     if r.settings.conflict:

@@ -132,6 +132,10 @@ def _freq_label(freq: int | None, offset: int | None) -> str:
     return f"index_topk_freq={freq}, index_skip_topk_offset={offset}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _flop(n: float) -> str:
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= scale:
@@ -166,7 +170,7 @@ def _report(
 
 def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
     width = len(str(schedule.num_layers - 1))
-    lines = [f"IndexCache schedule: {r['num_layers']} layers from {r['schedule']}"]
+    lines = [f"IndexCache schedule: {_count(r['num_layers'], 'layer')} from {r['schedule']}"]
     for start in range(0, schedule.num_layers, ROW):
         end = min(start + ROW, schedule.num_layers)
         chunk = schedule.pattern[start:end]
@@ -184,7 +188,8 @@ def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
         )
     lines.append(
         f"indexer FLOPs saved: {100 * r['indexer_flops_saved_fraction']:.1f}% "
-        f"({r['num_shared']} of {r['num_layers']} layers skip their indexer)"
+        f"({r['num_shared']} of {_count(r['num_layers'], 'layer')} "
+        f"{'skips its' if r['num_shared'] == 1 else 'skip their'} indexer)"
     )
     if r["seq_len"] is not None:
         d = r["dims"]
