@@ -102,3 +102,49 @@ def test_release_table():
     assert {d.releases for d in TRANSFORMERS_DEFECTS} == {"5.2-5.5", "5.4-5.9", "5.6-5.10"}
     with pytest.raises(ValueError, match="cannot parse"):
         parse_version("five")
+
+
+# config_errors: one problem, one message -------------------------------------------------------
+ERRORS = {
+    "valid": ({}, []),
+    "freq_zero": ({"index_topk_freq": 0}, ["index_topk_freq must be an integer >= 1"]),
+    "freq_huge": ({"index_topk_freq": 10**23}, ["index_topk_freq must be <= 4096"]),
+    "freq_huge_under_a_pattern": (  # the schedule ignores it; the file still carries it
+        {"index_topk_freq": 10**23, "index_topk_pattern": "F" * 78},
+        ["index_topk_freq must be <= 4096"],
+    ),
+    "offset_zero": ({"index_skip_topk_offset": 0}, ["index_skip_topk_offset must be an integer"]),
+    "layers_huge": ({"num_hidden_layers": 10**8}, ["num_hidden_layers must be <= 4096"]),
+    "topk_past_positions": (
+        {"index_topk": 202753},
+        ["index_topk must be <= 202752 (max_position_embeddings is 202752"],
+    ),
+    "topk_without_positions": (
+        {"index_topk": 2**31, "max_position_embeddings": None},
+        ["index_topk must be <= 2147483647 (kernels take it as int32)"],
+    ),
+    "topk_beside_bad_positions": (  # the positions are reported; the top-k is held to int32 only
+        {"index_topk": 300000, "max_position_embeddings": 0},
+        ["max_position_embeddings must be an integer >= 1"],
+    ),
+    "dims": (
+        {"index_head_dim": 2**31, "qk_nope_head_dim": True},
+        ["index_head_dim must be <= 2147483647", "qk_nope_head_dim must be an integer >= 1"],
+    ),
+    "pattern": ({"index_topk_pattern": "SFF"}, ["index_topk_pattern[0] is 'S'"]),
+    "three": (
+        {"index_topk": 0, "index_topk_freq": 5000, "index_topk_pattern": "FF"},
+        ["index_topk must be", "index_topk_freq must be <= 4096", "has 2 entries"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_config_errors_names_each_problem_once(case):
+    from glm_config import config_errors
+
+    changes, wanted = ERRORS[case]
+    errors = config_errors(raw("glm5_plain") | changes)
+    assert len(errors) == len(wanted), errors
+    for error, fragment in zip(errors, wanted, strict=True):
+        assert fragment in error and "Fix:" in error

@@ -212,7 +212,57 @@ BAD = {
         {"num_hidden_layers": 2, "indexer_types": "FS"},
         r"indexer_types must be a list",
     ),
+    # bounds: refused before anything of the size is built (test_indexcache_hostile.py measures)
+    "layers_huge": (
+        {"num_hidden_layers": 100_000_000},
+        r"num_hidden_layers must be <= 4096 \(a schedule holds at most 4096 layers, 52 times "
+        r"GLM-5's 78\); got int 100000000\. Fix: give the model's real layer count\.",
+    ),
+    "nextn_huge": (
+        {"num_hidden_layers": 8, "num_nextn_predict_layers": 4097},
+        r"num_nextn_predict_layers must be <= 4096 \(real DSA models have 1 NextN layer",
+    ),
+    "freq_huge": (
+        {"num_hidden_layers": 78, "index_topk_freq": 99999999999999999999999},
+        r"index_topk_freq must be <= 4096 \(a freq at or above the layer count gives the same "
+        r"schedule.*; got int 99999999999999999999999\.",
+    ),
+    "freq_beyond_printable": (  # Python prints no int of over 4300 digits; the message still can
+        {"num_hidden_layers": 78, "index_topk_freq": 10**5000},
+        r"index_topk_freq must be <= 4096 .*; got int of 16610 bits \(about 10\^5000\)",
+    ),
+    "offset_huge": (
+        {"num_hidden_layers": 78, "index_skip_topk_offset": 4097},
+        r"index_skip_topk_offset must be <= 4096 \(an offset at or above the layer count makes "
+        r"every layer full",
+    ),
+    "cli_factor_huge": (
+        {"num_hidden_layers": 8, "cli_factor": 10**30},
+        r"cli_factor must be <= 4096",
+    ),
+    "types_huge": (
+        {"num_hidden_layers": 8, "indexer_types": ["full"] * 5000},
+        r"indexer_types has 5000 entries; a schedule holds at most 4096 layers",
+    ),
+    "pattern_huge": (
+        {"num_hidden_layers": 8, "index_topk_pattern": "F" * 5000},
+        r"index_topk_pattern has 5000 entries; a schedule holds at most 4096 layers",
+    ),
 }
+
+
+@given(layers=st.integers(1, 64), freq=st.integers(1, 4096), offset=st.integers(1, 4096))
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_a_freq_or_offset_past_the_layer_count_changes_nothing(layers, freq, offset):
+    """Why freq and offset share the layer cap: past the layer count they add nothing."""
+    capped = _formula(layers, min(freq, layers), min(offset, layers))
+    assert _formula(layers, freq, offset) == capped
+
+
+def test_the_largest_schedule_is_allowed():
+    s = IndexerSchedule.from_freq(4096, 4096, 4096, num_nextn_layers=4096)
+    assert s.num_full == 4096 and s.num_nextn_layers == 4096
+    assert schedule_from_config({"num_hidden_layers": 4096, "index_topk_freq": 4}).num_full == 1025
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -11,6 +11,8 @@ Environment variables:
 - ``CPKV_DEBUG``: ``1`` re-checks invariants 1–2 after every op; unset (off) by default.
 - ``CPKV_EXTRA_BACKENDS``: ``module:callable,...`` backend factories to load besides the installed
   entry points (for ``PYTHONPATH`` checkouts); unset by default.
+- ``CPKV_CP_SPLIT_MAX_BYTES``: memory budget (bytes) of ``cp_split``; unset: what the device can
+  host now (CUDA free + cached memory, CPU ``MemAvailable``); ``max_bytes=`` overrides it per call.
 """
 
 from ._backend import OP_NAMES, PRIORITY, Backend

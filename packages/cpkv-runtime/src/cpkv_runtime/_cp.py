@@ -26,6 +26,7 @@ import torch
 
 from ._bytes import word_rows
 from ._checks import as_index, check_count, first_true, same_device
+from ._cp_budget import check_budget
 from ._cp_rows import interleave_rows, zigzag_rows
 from .errors import LayoutError
 
@@ -108,6 +109,7 @@ def cp_split(
     cp_size: int,
     *companions: torch.Tensor,
     strategy: Literal["zigzag", "interleave"] = "zigzag",
+    max_bytes: int | None = None,
 ) -> CPSplit:
     """Split a batch's current tokens over ``cp_size`` ranks, carrying companion tensors along.
 
@@ -120,9 +122,17 @@ def cp_split(
         strategy: ``"zigzag"`` (``2*cp_size`` blocks per request) or ``"interleave"`` (token
             i on rank ``i % cp_size``). Rows per rank: the longest rank's tokens rounded up to
             a multiple of ``2*cp_size`` (zigzag) or ``cp_size`` (interleave).
+        max_bytes: memory budget of the split (padded rows, companion copies, zigzag block
+            tables). Default: ``$CPKV_CP_SPLIT_MAX_BYTES``, else what the device can host now
+            (CUDA: free plus cached-unused memory; CPU: ``MemAvailable``). The padded size is
+            ``cp_size * local_len`` rows, at least ``2 * cp_size**2`` for zigzag on one token.
 
     Returns:
         A :class:`CPSplit`; rank r computes ``split.local(r)``.
+
+    Raises:
+        LayoutError: bad input, or a split over the budget; both before any tensor of the
+            split's size is allocated (``_cp_budget`` works the size out from the lengths).
 
     Every rank gets exactly the tokens SGLang 0.5.23's strategy of that name gives it, in the
     same order. SGLang itself splits only batches whose requests all have ``>= 2*cp_size`` tokens
@@ -155,6 +165,7 @@ def cp_split(
                 f"companion {i} has shape {tuple(comp.shape)} but the batch has T = "
                 f"sum(extend_lens) = {total} tokens; companions are [T, ...]"
             )
+    check_budget(extend, total, cp, strategy, companions, max_bytes)
     if strategy == "zigzag":
         rows = zigzag_rows(extend, total, cp)
     else:

@@ -1,9 +1,17 @@
 """Repair DSA/IndexCache config fields that some transformers releases drop."""
 
+from glm_config._files import read_config_json
 from glm_config._normalize import Change, NormalizeReport, normalize
 from glm_config._releases import TRANSFORMERS_DEFECTS, Defect, defects_for, transformers_version
-from glm_config._settings import DsaSettings, expected_settings, is_dsa, read_config_json
-from glm_config.errors import ConfigFileError, GlmConfigError, NotDsaError, SettingError
+from glm_config._settings import DsaSettings, expected_settings, is_dsa
+from glm_config._validate import config_errors
+from glm_config.errors import (
+    ConfigFileError,
+    GlmConfigError,
+    NotDsaError,
+    SettingError,
+    WriteRefusedError,
+)
 
 __version__ = "0.1.0"
 
@@ -17,6 +25,7 @@ __all__ = [  # noqa: RUF022
     "DsaSettings",
     "expected_settings",
     "is_dsa",
+    "config_errors",
     "read_config_json",
     # Releases
     "Defect",
@@ -28,4 +37,5 @@ __all__ = [  # noqa: RUF022
     "ConfigFileError",
     "NotDsaError",
     "SettingError",
+    "WriteRefusedError",
 ]

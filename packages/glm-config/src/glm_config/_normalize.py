@@ -62,7 +62,8 @@ class NormalizeReport:
             lines = [f"{head}: DSA config already matches config.json"]
         else:
             verb = "repaired" if self.applied else "would repair"
-            lines = [f"{head}: {verb} {len(self.changes)} field(s)"]
+            n = len(self.changes)
+            lines = [f"{head}: {verb} {n} field{'' if n == 1 else 's'}"]
             lines += [f"  {c}" for c in self.changes]
         if self.conflict:
             lines.append(f"  warning: {self.conflict}")

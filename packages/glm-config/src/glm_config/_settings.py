@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from indexcache import IndexCacheError, IndexerSchedule, schedule_from_config
@@ -110,34 +108,3 @@ def expected_settings(raw: Mapping[str, Any], *, source: str = "config.json") ->
         schedule=schedule,
         conflict=conflict,
     )
-
-
-def read_config_json(model_dir: str | Path) -> tuple[Path, dict[str, Any], str]:
-    """Read ``model_dir/config.json`` (or a config.json path).
-
-    Returns:
-        ``(path, raw dict, original text)``.
-
-    Raises:
-        ConfigFileError: missing, unreadable, not JSON, or not a JSON object.
-    """
-    path = Path(model_dir)
-    if path.is_dir():
-        path = path / "config.json"
-    elif not path.exists():
-        raise ConfigFileError(f"{path} does not exist; give a model directory holding config.json.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigFileError(
-            f"{path} does not exist; is {path.parent} a model directory?"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"cannot read {path}: {exc}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigFileError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigFileError(f"{path} must hold a JSON object; got {type(raw).__name__}.")
-    return path, raw, text

@@ -8,15 +8,12 @@ from typing import Any
 
 from indexcache import schedule_savings
 
+from glm_config._files import read_config_json
 from glm_config._normalize import MISSING, NormalizeReport, normalize
 from glm_config._releases import Defect, defects_for, transformers_version
-from glm_config._settings import (
-    SHOWN_FIELDS,
-    DsaSettings,
-    expected_settings,
-    fs_pattern,
-    read_config_json,
-)
+from glm_config._settings import SHOWN_FIELDS, DsaSettings, expected_settings, fs_pattern, is_dsa
+from glm_config._validate import file_errors, summary
+from glm_config.errors import ConfigFileError
 
 
 @dataclass
@@ -62,8 +59,16 @@ def load_with_transformers(model_dir: Path) -> tuple[Any | None, str | None]:
 
 
 def inspect(model_dir: str | Path) -> ShowResult:
-    """Read config.json, load it with the installed transformers, compare with what it should be."""
-    path, raw, _ = read_config_json(model_dir)
+    """Read config.json, load it with the installed transformers, compare with what it should be.
+
+    Raises:
+        ConfigFileError: config.json cannot be read, or has errors (all listed, one line), which
+            are checked before transformers is imported or handed the file.
+        NotDsaError: not a DSA model.
+    """
+    path, raw, text = read_config_json(model_dir)
+    if is_dsa(raw) and (errors := file_errors(raw, text)):
+        raise ConfigFileError(f"{path} has {summary(errors)}")
     want = expected_settings(raw, source=str(path))
     loaded, error = load_with_transformers(path.parent)
     version = transformers_version()
@@ -111,7 +116,7 @@ def render_text(r: ShowResult) -> str:
         f"loaded (transformers {r.transformers_version})" if r.transformers_version else "loaded"
     )
     lines = [
-        f"{r.path}: {r.settings.model_type}, {s.num_layers} layers"
+        f"{r.path}: {r.settings.model_type}, {s.num_layers} layer{'' if s.num_layers == 1 else 's'}"
         + (f" + {s.num_nextn_layers} NextN" if s.num_nextn_layers else ""),
     ]
     for d in r.defects:
@@ -138,7 +143,8 @@ def render_text(r: ShowResult) -> str:
     ]
     saved = schedule_savings(s).saved_fraction
     lines.append(
-        f"IndexCache: {s.num_full} of {s.num_layers} layers run the indexer ({s.source}); "
+        f"IndexCache: {s.num_full} of {s.num_layers} layer{'' if s.num_layers == 1 else 's'} "
+        f"{'runs' if s.num_full == 1 else 'run'} the indexer ({s.source}); "
         f"indexer FLOPs saved {100 * saved:.1f}%"
     )
     if r.settings.conflict:
@@ -147,9 +153,11 @@ def render_text(r: ShowResult) -> str:
         lines.append(f"not loaded: {r.load_error}")
     elif r.needs_repair:
         assert r.report is not None
+        n = len(r.report.changes)
         lines.append(
-            f"{len(r.report.changes)} field(s) need repair as loaded; glm_config.normalize(config, "
-            f"raw) repairs them at load time (the sglang-integration plugin calls it)."
+            f"{n} field{'s need' if n != 1 else ' needs'} repair as loaded; "
+            f"glm_config.normalize(config, raw) repairs {'them' if n != 1 else 'it'} at load time "
+            f"(the sglang-integration plugin calls it)."
         )
     else:
         lines.append("the loaded config matches config.json")

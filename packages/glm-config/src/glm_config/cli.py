@@ -1,10 +1,14 @@
 """``glm-config``: show and set a DSA model's IndexCache settings in its config.json.
 
     glm-config show MODEL_DIR [--format json] [--check]
-    glm-config set MODEL_DIR index_topk_freq=4 [index_skip_topk_offset=2 ...] [--dry-run]
+    glm-config set MODEL_DIR index_topk_freq=4 [index_skip_topk_offset=2 ...] [--dry-run] [--force]
 
 Exit codes: 0 success; 1 ``show --check`` found fields the installed transformers loads wrong (or
-it cannot load the config at all); 2 bad input (nothing is written).
+it cannot load the config at all); 2 bad input, one line on stderr naming it and the fix (nothing
+is written). ``set`` edits only the values it changes (every other byte of the file is kept),
+writes nothing when nothing changes, backs the old file up first, and refuses a config.json that
+already has errors or is read-only unless ``--force`` is given. A reader that closes stdout early
+(``| head -1``) ends the output quietly; the command still finishes with its own exit status.
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from glm_config._edit import SETTABLE, describe, parse_assignments, plan_edits, write_config
-from glm_config._settings import read_config_json
+from glm_config._cli_io import OneLineParser, emit
+from glm_config._edit import SETTABLE, describe, parse_assignments, plan_edits
+from glm_config._files import read_config_json, read_only, replace_config
+from glm_config._jsonedit import edit_text
+from glm_config._settings import is_dsa
 from glm_config._show import inspect, render_json, render_text
-from glm_config.errors import GlmConfigError
+from glm_config._validate import file_errors, summary
+from glm_config.errors import GlmConfigError, NotDsaError, WriteRefusedError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="glm-config", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="glm-config", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="DSA/IndexCache settings: config.json, loaded, should be")
     show.add_argument("model_dir", type=Path, help="model directory (or its config.json)")
@@ -34,12 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     edit = sub.add_parser(
         "set",
-        help="edit IndexCache settings in config.json (backup, atomic write)",
+        help="edit IndexCache settings in config.json (minimal diff, backup, atomic write)",
         epilog=f"settable keys: {', '.join(SETTABLE)}",
     )
     edit.add_argument("model_dir", type=Path, help="model directory (or its config.json)")
     edit.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     edit.add_argument("--dry-run", action="store_true", help="print the edits, write nothing")
+    edit.add_argument(
+        "--force",
+        action="store_true",
+        help="edit a config.json that already has errors, or a read-only one (it stays read-only)",
+    )
     return parser
 
 
@@ -56,29 +69,55 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show(args: argparse.Namespace) -> int:
     result = inspect(args.model_dir)
     if args.format == "json":
-        print(json.dumps(render_json(result), indent=2))
+        emit(json.dumps(render_json(result), indent=2))
     else:
-        print(render_text(result))
+        emit(render_text(result))
     return 1 if args.check and (result.needs_repair or result.load_error) else 0
 
 
 def _set(args: argparse.Namespace) -> int:
     updates = parse_assignments(args.assignments)
     path, raw, text = read_config_json(args.model_dir)
-    new, edits = plan_edits(raw, updates)
-    if not edits:
-        print(f"{path}: already set; nothing written")
+    if not is_dsa(raw):
+        raise NotDsaError(
+            f"{path}: model_type {raw.get('model_type')!r} has no DSA indexer (no index_topk); "
+            f"refusing to add IndexCache settings to it."
+        )
+    existing = file_errors(raw, text)
+    if existing and not args.force:
+        raise WriteRefusedError(
+            f"{path} already has {summary(existing)} glm-config set edits a valid file only; "
+            f"pass --force to edit it anyway (errors the edit does not touch stay)."
+        )
+    new, edits = plan_edits(raw, updates, allowed=existing)
+    new_text, redumped = edit_text(text, new)
+    if not edits or new_text == text:
+        emit(f"{path}: already set; nothing written")
         return 0
+    if (why := read_only(path)) and not args.force:
+        raise WriteRefusedError(
+            f"{path} is read-only ({why}); refusing to replace it. Fix: make it writable "
+            f"(chmod u+w), or pass --force (the new file keeps the same mode)."
+        )
     for e in edits:
-        print(f"{path}: {describe(e)}")
+        emit(f"{path}: {describe(e)}")
+    if existing:
+        emit(f"warning: --force: editing despite {summary(existing)}")
+    if redumped:
+        emit(f"note: the whole of {path} is rewritten: its layout could not be edited in place")
     if args.dry_run:
-        print("dry run: nothing written")
+        emit("dry run: nothing written")
         return 0
     try:
-        backup = write_config(path, new, text)
+        written = replace_config(path, text, new_text)
     except OSError as exc:
-        print(f"glm-config: error: cannot write {path}: {exc}; it is unchanged", file=sys.stderr)
-        return 2
-    print(f"backup: {backup}")
-    print(f"wrote {path}")
+        why = exc.strerror or str(exc)
+        raise WriteRefusedError(
+            f"cannot write {path}: {why}; it is unchanged and no backup is left. Fix: free space "
+            f"or fix permissions in {path.parent}, then run it again."
+        ) from None
+    emit(f"backup: {written.backup}")
+    for note in written.notes:
+        emit(f"note: {note}")
+    emit(f"wrote {path}")
     return 0

@@ -5,7 +5,10 @@ GlmConfigError
  ├── ConfigFileError(ValueError)  config.json is missing, unreadable, not an object, or its DSA
  │                                settings are invalid (indexcache rejects the schedule)
  ├── NotDsaError(ValueError)      the model is not a DSA model: it has no indexer settings
- └── SettingError(ValueError)     `glm-config set`: unknown key, malformed or out-of-range value
+ ├── SettingError(ValueError)     `glm-config set`: unknown key, malformed or out-of-range value
+ └── WriteRefusedError(ValueError) `glm-config set` will not write: config.json already has
+                                  errors or is read-only (--force overrides both), or it changed
+                                  while being edited
 ```
 Every message names the file or key, what was expected, what was found, and the fix.
 """
@@ -27,3 +30,7 @@ class NotDsaError(GlmConfigError, ValueError):
 
 class SettingError(GlmConfigError, ValueError):
     """An assignment given to ``glm-config set`` is refused; config.json is left untouched."""
+
+
+class WriteRefusedError(GlmConfigError, ValueError):
+    """``glm-config set`` will not write over this config.json; it is left untouched."""

@@ -15,17 +15,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from indexcache._limits import INT32_MAX
 from indexcache._schedule import IndexerSchedule, _check_int, _get
 
 
 @dataclass(frozen=True)
 class IndexerDims:
-    """Indexer sizes; defaults are GLM-5's (hidden 6144, q_lora_rank 2048, 32 heads of 128)."""
+    """Indexer sizes; defaults are GLM-5's (hidden 6144, q_lora_rank 2048, 32 heads of 128).
+
+    Each is an int in ``[1, 2**31 - 1]`` (kernels take dimensions as int32).
+    """
 
     hidden_size: int = 6144
     q_lora_rank: int = 2048
     index_n_heads: int = 32
     index_head_dim: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "q_lora_rank", "index_n_heads", "index_head_dim"):
+            _check_int(getattr(self, name), name, minimum=1, maximum=INT32_MAX)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | Any) -> IndexerDims:
@@ -37,9 +45,12 @@ class IndexerDims:
 def indexer_flops(
     num_tokens: int, dims: IndexerDims = IndexerDims(), *, prefix_tokens: int = 0
 ) -> int:
-    """FLOPs of one full layer's indexer for ``num_tokens`` new tokens after ``prefix_tokens``."""
-    _check_int(num_tokens, "num_tokens", minimum=1)
-    _check_int(prefix_tokens, "prefix_tokens", minimum=0)
+    """FLOPs of one full layer's indexer for ``num_tokens`` new tokens after ``prefix_tokens``.
+
+    Both counts are at most ``2**31 - 1``: the indexer's key window is int32.
+    """
+    _check_int(num_tokens, "num_tokens", minimum=1, maximum=INT32_MAX)
+    _check_int(prefix_tokens, "prefix_tokens", minimum=0, maximum=INT32_MAX)
     t, p = num_tokens, prefix_tokens
     h, d = dims.index_n_heads, dims.index_head_dim
     proj = 2 * t * (dims.q_lora_rank * h * d + dims.hidden_size * d + dims.hidden_size * h)

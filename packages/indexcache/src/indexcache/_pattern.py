@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from indexcache._limits import MAX_LAYERS
 from indexcache.errors import ScheduleError
 
 SGLANG = "SGLang 0.5.23"
@@ -58,10 +59,16 @@ def check_entries(
             message says SGLang ignores this field rather than how it reads it).
 
     Raises:
-        ScheduleError: an entry is not one of the two allowed, layer 0 is shared, or the length
-            differs from ``num_layers``; the message says what SGLang 0.5.23 would do instead.
+        ScheduleError: more than ``MAX_LAYERS`` entries (refused before they are read), an entry
+            is not one of the two allowed, layer 0 is shared, or the length differs from
+            ``num_layers``; the message says what SGLang 0.5.23 would do instead.
     """
     full, shared, noun = _TOKENS[source]
+    if len(entries) > MAX_LAYERS:
+        raise ScheduleError(
+            f"{source} has {len(entries)} entries; a schedule holds at most {MAX_LAYERS} layers "
+            f"(52 times GLM-5's 78). Fix: give one {full!r} or {shared!r} per layer of the model."
+        )
     n = len(entries) if num_layers is None else num_layers
 
     def refuse(problem: str, sglang_does: str, fix: str, note: str = "") -> ScheduleError:

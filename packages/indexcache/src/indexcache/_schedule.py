@@ -15,6 +15,9 @@ on; :func:`schedule_from_config` says why.
 
 f=4, o=2 on 78 layers: full at 0, 1, 5, 9, ..., 77 (21 full); f=4, o=3: full at 0, 1, 2, 6, 10, ...
 
+Every count is bounded before anything of its size is built: at most ``MAX_LAYERS`` (4096) main
+layers, NextN layers, ``index_topk_freq`` and ``index_skip_topk_offset`` (``_limits`` says why).
+
 NextN/MTP layers follow the main layers (indices ``num_layers`` to ``num_layers + num_nextn - 1``);
 they own indexer weights, reuse a carried top-k when there is one and compute otherwise. A
 malformed pattern is refused with a message that says how SGLang would have read it
@@ -25,8 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
+from indexcache._limits import MAX_LAYERS, show
 from indexcache._pattern import SGLANG, check_entries
 from indexcache.errors import ScheduleError
 
@@ -57,7 +62,7 @@ class IndexerSchedule:
 
     def __post_init__(self) -> None:
         check_entries(self.indexer_types, "indexer_types")
-        _check_int(self.num_nextn_layers, "num_nextn_layers", minimum=0)
+        _check_int(self.num_nextn_layers, "num_nextn_layers", minimum=0, maximum=MAX_LAYERS)
 
     # Constructors -----------------------------------------------------------------------------
     @classmethod
@@ -70,12 +75,13 @@ class IndexerSchedule:
         num_nextn_layers: int = 0,
     ) -> IndexerSchedule:
         """Layer ``l`` is full iff ``max(l - offset + 1, 0) % freq == 0`` (None means default)."""
-        _check_int(num_layers, "num_hidden_layers", minimum=1)
+        _check_int(num_layers, "num_hidden_layers", minimum=1, maximum=MAX_LAYERS)
         freq = DEFAULT_FREQ if freq is None else freq
         offset = DEFAULT_OFFSET if offset is None else offset
-        _check_int(freq, "index_topk_freq", minimum=1)
+        _check_int(freq, "index_topk_freq", minimum=1, maximum=MAX_LAYERS)
         # offset <= 0 would make layer 0 shared with nothing before it to reuse.
-        _check_int(offset, "index_skip_topk_offset", minimum=1)
+        _check_int(offset, "index_skip_topk_offset", minimum=1, maximum=MAX_LAYERS)
+        _check_int(num_nextn_layers, "num_nextn_layers", minimum=0, maximum=MAX_LAYERS)
         types = tuple(
             FULL if max(layer - offset + 1, 0) % freq == 0 else SHARED
             for layer in range(num_layers)
@@ -129,16 +135,18 @@ class IndexerSchedule:
         """Main-model layers (NextN layers not counted)."""
         return len(self.indexer_types)
 
-    @property
+    # Cached: the schedule is immutable, and callers ask per layer (a text map asking for the
+    # pattern once per row of 20 layers made 100,000 layers take 19 s).
+    @cached_property
     def pattern(self) -> str:
         """The schedule as ``"FFSS..."``."""
         return "".join(_LETTER[t] for t in self.indexer_types)
 
-    @property
+    @cached_property
     def full_layers(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.indexer_types) if t == FULL)
 
-    @property
+    @cached_property
     def shared_layers(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.indexer_types) if t == SHARED)
 
@@ -243,10 +251,10 @@ def schedule_from_config(
             ``indexer_types`` decides.
     """
     num_layers = _get(config, "num_hidden_layers")
-    _check_int(num_layers, "num_hidden_layers", minimum=1)
+    _check_int(num_layers, "num_hidden_layers", minimum=1, maximum=MAX_LAYERS)
     nextn = _get(config, "num_nextn_predict_layers")
     nextn = 0 if nextn is None else nextn
-    _check_int(nextn, "num_nextn_predict_layers", minimum=0)
+    _check_int(nextn, "num_nextn_predict_layers", minimum=0, maximum=MAX_LAYERS)
     explicit = None
     if (types := _get(config, "indexer_types")) is not None:
         explicit = IndexerSchedule.from_indexer_types(
@@ -289,7 +297,7 @@ def _refuse_cli_factor(value: Any) -> None:
     """Refuse ``cli_factor`` unless it is off (null or 1); see :func:`schedule_from_config`."""
     if value is None or (value == 1 and not isinstance(value, bool)):
         return
-    _check_int(value, "cli_factor", minimum=1)
+    _check_int(value, "cli_factor", minimum=1, maximum=MAX_LAYERS)
     raise ScheduleError(
         f"cli_factor={value} is not supported. {SGLANG} reads it (LongCat's field) ahead of "
         f"index_topk_pattern and index_topk_freq: attention layers 0, {value}, {2 * value}, ... "
@@ -315,15 +323,54 @@ _INT_FIX = {
     ),
     "cli_factor": " Fix: remove it (null or 1 is off); cli_factor is not supported.",
 }
+# Why an integer has a ceiling and what to give instead, used when it is above it.
+_MAX_WHY = {
+    "num_hidden_layers": (
+        "a schedule holds at most 4096 layers, 52 times GLM-5's 78",
+        "give the model's real layer count",
+    ),
+    "num_nextn_predict_layers": (
+        "real DSA models have 1 NextN layer; the cap is the layer cap",
+        "give the model's real NextN layer count",
+    ),
+    "num_nextn_layers": (
+        "real DSA models have 1 NextN layer; the cap is the layer cap",
+        "give the model's real NextN layer count",
+    ),
+    "index_topk_freq": (
+        "a freq at or above the layer count gives the same schedule as the layer count, and a "
+        "model has at most 4096 layers",
+        "give the layer count for 'share everything after the offset'",
+    ),
+    "index_skip_topk_offset": (
+        "an offset at or above the layer count makes every layer full, and a model has at most "
+        "4096 layers",
+        "give index_topk_freq=1 for 'every layer full'",
+    ),
+    "cli_factor": ("it counts layers, and a model has at most 4096", "remove cli_factor"),
+}
+_INT32_DIM = ("kernels take dimensions as int32", "give the model's real value")
+_INT32_TOKENS = ("the indexer's key window is int32", "give a real prefill length")
+_DIMS = ("hidden_size", "q_lora_rank", "index_n_heads", "index_head_dim")
+_MAX_WHY |= dict.fromkeys(_DIMS, _INT32_DIM)
+_MAX_WHY |= dict.fromkeys(("num_tokens", "prefix_tokens"), _INT32_TOKENS)
 
 
-def _check_int(value: Any, name: str, *, minimum: int) -> None:
+def _check_int(value: Any, name: str, *, minimum: int, maximum: int | None = None) -> None:
+    """``value`` is an int in ``[minimum, maximum]``; the message names the bound it breaks."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         sglang = ""
         if name == "cli_factor" and isinstance(value, int) and not isinstance(value, bool):
             sglang = f" {SGLANG} stops on it with AssertionError 'cli_factor must be positive'."
         raise ScheduleError(
-            f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}."
+            f"{name} must be an integer >= {minimum}; got {show(value)}."
             + sglang
             + _INT_FIX.get(name, "")
+        )
+    if maximum is not None and value > maximum:
+        why, fix = _MAX_WHY.get(name, ("", f"give {name} <= {maximum}"))
+        raise ScheduleError(
+            f"{name} must be <= {maximum}"
+            + (f" ({why})" if why else "")
+            + f"; got {show(value)}. Fix: {fix}."
         )

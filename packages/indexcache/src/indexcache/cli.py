@@ -3,7 +3,10 @@
     indexcache schedule --layers 78 --freq 4 [--offset 2 | --pattern FFSS...] [--seq-len 65536]
     indexcache schedule --config /models/GLM-5.2 [--seq-len 65536] [--format json]
 
-Exit codes: 0 success, 2 bad input (the message says which argument and why).
+Exit codes: 0 success, 2 bad input (one line on stderr says which argument, why, and the fix).
+Every count is bounded: --layers, --freq, --offset and --nextn at most 4096 (52 times GLM-5's 78
+layers), --seq-len at most 2**31 - 1 (the indexer's key window is int32). A reader that closes
+stdout early (``| head -1``) ends the output quietly; the exit status stays the command's own.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from indexcache._cli_io import CliInputError, OneLineParser, emit, read_config
 from indexcache._flops import IndexerDims, schedule_savings
+from indexcache._limits import INT32_MAX, MAX_LAYERS
 from indexcache._schedule import (
     DEFAULT_FREQ,
     DEFAULT_OFFSET,
@@ -25,14 +30,29 @@ from indexcache._schedule import (
 from indexcache.errors import IndexCacheError
 
 ROW = 20  # layers per line of the F/S map
-
-
-class _UsageError(Exception):
-    """Bad command-line input, reported as ``error: ...`` with exit code 2."""
+_LAYERS_WHY = f"a schedule holds at most {MAX_LAYERS} layers, 52 times GLM-5's 78"
+# flag -> (lowest, why not lower, highest, why not higher); checked before anything is built
+_BOUNDS = {
+    "layers": (1, "a model has a layer", MAX_LAYERS, _LAYERS_WHY),
+    "freq": (
+        1,
+        "1 means every layer runs its indexer",
+        MAX_LAYERS,
+        f"a freq at or above the layer count changes nothing; {_LAYERS_WHY}",
+    ),
+    "offset": (
+        1,
+        "an offset <= 0 would make layer 0 shared with nothing to reuse; default 2",
+        MAX_LAYERS,
+        f"an offset at or above the layer count changes nothing; {_LAYERS_WHY}",
+    ),
+    "nextn": (0, "a count", MAX_LAYERS, f"real models have 1 NextN layer; {_LAYERS_WHY}"),
+    "seq_len": (1, "a prefill has a token", INT32_MAX, "the indexer's key window is int32"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="indexcache", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="indexcache", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("schedule", help="per-layer F/S map, full-layer count, FLOPs saved")
     src = s.add_argument_group("schedule (or --config)")
@@ -51,18 +71,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``indexcache`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
+        _check_bounds(args)
         schedule, dims, label = _resolve(args)
-        if args.seq_len is not None and args.seq_len < 1:
-            raise _UsageError(f"--seq-len must be >= 1; got {args.seq_len}.")
         report = _report(schedule, dims, label, args.seq_len)
-    except (_UsageError, IndexCacheError) as exc:
+    except (CliInputError, IndexCacheError) as exc:
         print(f"indexcache: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        print(json.dumps(report, indent=2))
+        emit(json.dumps(report, indent=2))
     else:
-        print(_render_text(schedule, report))
+        emit(_render_text(schedule, report))
     return 0
+
+
+def _check_bounds(args: argparse.Namespace) -> None:
+    for name, (low, low_why, high, high_why) in _BOUNDS.items():
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if value is not None and value < low:
+            raise CliInputError(f"{flag} must be >= {low} ({low_why}); got {value}.")
+        if value is not None and value > high:
+            raise CliInputError(f"{flag} must be <= {high} ({high_why}); got {value}.")
 
 
 def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, str]:
@@ -70,24 +99,28 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
     if args.config is not None:
         if flags or args.nextn:
             extra = flags[0] if flags else "nextn"
-            raise _UsageError(f"--config takes the schedule from config.json; drop --{extra}.")
-        raw = _read_config(args.config)
+            raise CliInputError(f"--config takes the schedule from config.json; drop --{extra}.")
+        file, raw = read_config(args.config)
         sched = schedule_from_config(raw)
         detail = sched.source
         if sched.source == "index_topk_freq":
             detail = _freq_label(raw.get("index_topk_freq"), raw.get("index_skip_topk_offset"))
-        return sched, IndexerDims.from_config(raw), f"{args.config} ({detail})"
+        try:
+            dims = IndexerDims.from_config(raw)
+        except IndexCacheError as exc:
+            raise CliInputError(f"{file}: {exc}") from None
+        return sched, dims, f"{args.config} ({detail})"
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:
-            raise _UsageError("--pattern replaces --freq/--offset; give one or the other.")
+            raise CliInputError("--pattern replaces --freq/--offset; give one or the other.")
         sched = IndexerSchedule.from_pattern(
-            args.pattern, num_layers=args.layers, num_nextn_layers=_nextn(args.nextn)
+            args.pattern, num_layers=args.layers, num_nextn_layers=args.nextn
         )
         return sched, IndexerDims(), f"index_topk_pattern={args.pattern}"
     if args.layers is None:
-        raise _UsageError("give --layers (with --freq/--offset), --pattern, or --config.")
+        raise CliInputError("give --layers (with --freq/--offset), --pattern, or --config.")
     sched = IndexerSchedule.from_freq(
-        args.layers, args.freq, args.offset, num_nextn_layers=_nextn(args.nextn)
+        args.layers, args.freq, args.offset, num_nextn_layers=args.nextn
     )
     return sched, IndexerDims(), _freq_label(args.freq, args.offset)
 
@@ -99,32 +132,15 @@ def _freq_label(freq: int | None, offset: int | None) -> str:
     return f"index_topk_freq={freq}, index_skip_topk_offset={offset}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _flop(n: float) -> str:
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"
     return f"{n:,.0f} FLOP"
-
-
-def _nextn(value: int) -> int:
-    if value < 0:
-        raise _UsageError(f"--nextn must be >= 0; got {value}.")
-    return value
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    file = path / "config.json" if path.is_dir() else path
-    try:
-        raw = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise _UsageError(
-            f"{file} does not exist; give a model directory or config.json."
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _UsageError(f"cannot read {file} as JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise _UsageError(f"{file} must hold a JSON object; got {type(raw).__name__}.")
-    return raw
 
 
 def _report(
@@ -154,7 +170,7 @@ def _report(
 
 def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
     width = len(str(schedule.num_layers - 1))
-    lines = [f"IndexCache schedule: {r['num_layers']} layers from {r['schedule']}"]
+    lines = [f"IndexCache schedule: {_count(r['num_layers'], 'layer')} from {r['schedule']}"]
     for start in range(0, schedule.num_layers, ROW):
         end = min(start + ROW, schedule.num_layers)
         chunk = schedule.pattern[start:end]
@@ -172,7 +188,8 @@ def _render_text(schedule: IndexerSchedule, r: dict[str, Any]) -> str:
         )
     lines.append(
         f"indexer FLOPs saved: {100 * r['indexer_flops_saved_fraction']:.1f}% "
-        f"({r['num_shared']} of {r['num_layers']} layers skip their indexer)"
+        f"({r['num_shared']} of {_count(r['num_layers'], 'layer')} "
+        f"{'skips its' if r['num_shared'] == 1 else 'skip their'} indexer)"
     )
     if r["seq_len"] is not None:
         d = r["dims"]

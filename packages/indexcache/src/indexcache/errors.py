@@ -2,7 +2,8 @@
 
 ```
 IndexCacheError
- ├── ScheduleError(ValueError)          a pattern, indexer_types list, freq or offset is invalid
+ ├── ScheduleError(ValueError)          a pattern, indexer_types list, freq, offset or count is
+ │                                      invalid or past its bound (indexcache._limits)
  ├── IncompatibleOptionError(ValueError) a serving option cannot run with the schedule
  ├── IndexerInputError(ValueError)      a tensor given to the reference indexer is malformed
  └── CarryError(RuntimeError)           a reusing layer found no (or the wrong) carried top-k
