@@ -96,8 +96,8 @@ def shape_m_list(ms: Sequence[int], kernel: KernelType, cap: int | None) -> list
 
 GROUPED_WHY = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
 GATHERED_WHY = (
-    "gathered: may run on more than one CP rank's rows (the FFN input is all-gathered over "
-    "attention CP), keeps SGLang's list"
+    "gathered: rows not bounded by one CP rank's shard (the FFN input is all-gathered over "
+    "attention CP; kv_b_proj projects KV rows), keeps SGLang's list"
 )
 
 
