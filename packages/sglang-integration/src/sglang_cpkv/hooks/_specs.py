@@ -12,6 +12,10 @@ from sglang_cpkv.hooks.indexcache_overrides import (
 )
 
 _HF = "sglang.srt.utils.hf_transformers.config"
+_WARMUP_NEEDS = (
+    "CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max", "GLM51", "Rows",
+    "dsa_attention_shapes", "dsa_ffn_shapes",
+)  # fmt: skip
 
 SPECS: tuple[HookSpec, ...] = (
     HookSpec(
@@ -62,10 +66,7 @@ SPECS: tuple[HookSpec, ...] = (
         kind="around",
         params=("kernel_type", "n", "k", "num_groups", "m_list"),
         hook=compile_with_cp_plan,
-        why="SGLang's own DeepGEMM warmup list, dense kernels capped at a CP rank's rows",
-        requires=tuple(
-            f"deepgemm_compat.warmup:{name}"
-            for name in ("CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max")
-        ),
+        why="SGLang's own DeepGEMM warmup list, attention-side kernels capped at a CP rank's rows",
+        requires=tuple(f"deepgemm_compat.warmup:{name}" for name in _WARMUP_NEEDS),
     ),
 )
