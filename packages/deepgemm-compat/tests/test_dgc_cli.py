@@ -28,8 +28,11 @@ def test_plan_headline(run):
     assert code == 0
     assert "SGLang's M list: copy of sglang 0.5.23" in out
     assert "m_max 131072 -> dense 16384 (forwards up to 131072 tokens" in out
-    row = next(line for line in out.splitlines() if line.startswith("attn.o_proj"))
-    assert row.split()[4:7] == ["1", "131072", "16384"]  # G, Ms before, Ms after
+    rows = {line.split()[0]: line.split() for line in out.splitlines()}
+    # G, rows, Ms before, Ms after
+    assert rows["attn.o_proj"][4:8] == ["1", "cp_local", "131072", "16384"]
+    assert rows["mlp.down_proj"][4:8] == ["1", "gathered", "131072", "131072"]
+    assert rows["moe.down_proj"][4:8] == ["32", "-", "1024", "1024"]
     assert "total" in out and "fewer warmup calls" in out
 
 
@@ -48,7 +51,7 @@ def test_plan_fast_to_chunk_is_reported(run):
 
 def test_plan_with_draft_outside_cp_does_not_shrink(run):
     code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--draft")
-    assert code == 0 and "m_max 131072 -> dense 131072" in out and "nextn.eh_proj" in out
+    assert code == 0 and "m_max 131072 -> dense 131072" in out
     code, out, _ = run("plan", "--chunked", "65536", "--cp", "8", "--draft", "--draft-cp")
     assert "-> dense 16384" in out
 
@@ -59,7 +62,9 @@ def test_plan_json(run):
     )
     doc = json.loads(out)
     assert code == 0 and doc["dense_m_max"] == 16384 and doc["before_total"] == 2 * 131072 + 1024
-    assert doc["after_total"] == 2 * 16384 + 1024
+    # indexer.wq_b shrinks; shared_expert.down_proj (gathered rows) and the MoE keep the list
+    assert doc["after_total"] == 16384 + 131072 + 1024
+    assert [e["rows"] for e in doc["entries"]] == ["cp_local", "gathered", "gathered"]
     assert doc["m_list_source"] == "copy of sglang 0.5.23" and doc["rank_rows"] == 16384
 
 
@@ -68,7 +73,8 @@ def test_plan_json(run):
     [
         (("plan", "--cp", "0"), "CP size must be a positive int"),
         (("plan", "--draft-cp"), "draft_cp=True needs draft=True"),
-        (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide 256"),
+        (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide n_routed_experts (256)"),
+        (("plan", "--dense-tp", "5"), "dense_tp=5 must be >= 1 and divide intermediate_size"),
         (("plan", "--m-list", "upstream"), "invalid choice: 'upstream'"),
     ],
 )

@@ -8,7 +8,10 @@ from deepgemm_compat.warmup import (
     CPSetup,
     GemmShape,
     KernelType,
+    Rows,
     compress,
+    dsa_attention_shapes,
+    dsa_ffn_shapes,
     glm51_reduced_shapes,
     glm51_shapes,
     plan_warmup,
@@ -16,6 +19,8 @@ from deepgemm_compat.warmup import (
     sglang_m_list,
     sglang_m_max,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DENSE, CONTIG, MASKED = (
     KernelType.GEMM_NT_F8F8BF16,
@@ -100,16 +105,84 @@ def test_glm51_shapes_from_config():
     assert {s.n for s in glm51_shapes(attn_tp=8) if s.name == "attn.q_b_proj"} == {8 * 256}
 
 
+# (name, N, K, rows) at tp 8, attention TP 1, dense MLP TP 8, replicated shared expert (DeepEP)
+GLM51_TABLE = [
+    ("attn.fused_qkv_a_proj", 2048 + 512 + 64, 6144, "cp_local"),
+    ("attn.q_b_proj", 64 * (192 + 64), 2048, "cp_local"),
+    ("attn.kv_b_proj", 64 * (192 + 256), 512, "gathered"),
+    ("attn.o_proj", 6144, 64 * 256, "cp_local"),
+    ("indexer.wq_b", 32 * 128, 2048, "cp_local"),
+    ("indexer.wk", 128, 6144, "cp_local"),
+    ("mlp.gate_up_proj", 2 * 12288 // 8, 6144, "gathered"),
+    ("mlp.down_proj", 6144, 12288 // 8, "gathered"),
+    ("shared_expert.gate_up_proj", 2 * 2048, 6144, "gathered"),
+    ("shared_expert.down_proj", 6144, 2048, "gathered"),
+]
+
+
+def test_glm51_rows_table():
+    dense = [(s.name, s.n, s.k, s.rows.value) for s in glm51_shapes() if s.kernel is DENSE]
+    assert dense == GLM51_TABLE
+    shared = {s.name: (s.n, s.k) for s in glm51_shapes(dense_tp=1, shared_tp=8)}
+    assert shared["mlp.down_proj"] == (6144, 12288)
+    assert shared["shared_expert.gate_up_proj"] == (2 * 2048 // 8, 6144)
+
+
+def test_attention_without_indexer_and_missing_fields():
+    mla = {k: v for k, v in GLM51.items() if not k.startswith("index_")}
+    assert [s.name for s in dsa_attention_shapes(mla)] == [
+        "attn.fused_qkv_a_proj", "attn.q_b_proj", "attn.kv_b_proj", "attn.o_proj",
+    ]  # fmt: skip
+    no_q_lora = {**GLM51, "q_lora_rank": None}  # DeepSeek-V2-Lite style: no q_lora
+    with pytest.raises(ValueError, match="model config q_lora_rank must be a positive int"):
+        dsa_attention_shapes(no_q_lora)
+    with pytest.raises(ValueError, match="model config intermediate_size must be a positive int"):
+        dsa_ffn_shapes({"hidden_size": 6144})
+
+
 def test_headline_chunked_65536_cp8():
     plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "interleave"))
     assert (plan.m_max, plan.dense_m_max) == (131072, 16384)
     for e in plan.entries:
-        if e.shape.kernel is DENSE:
+        if e.shape.kernel is DENSE and e.shape.rows is Rows.CP_LOCAL:
             assert (len(e.before), len(e.after)) == (131072, 16384)
-            assert e.after == tuple(range(1, 16385))
+            assert e.after == tuple(range(1, 16385)) and "a rank runs at most 16384" in e.reason
+        elif e.shape.kernel is DENSE:  # dense MLP, shared expert, kv_b_proj: gathered rows
+            assert e.after == e.before and len(e.before) == 131072
+            assert e.reason.startswith("gathered: ")
         else:  # grouped MoE keeps the full grid (filtered by the 128 alignment)
             assert e.after == e.before and len(e.before) == 131072 // 128
-    assert plan.after_total < plan.before_total
+    assert (plan.before_total, plan.after_total) == (1312768, 5 * 16384 + 5 * 131072 + 2048)
+
+
+def test_a_kernel_shared_with_a_gathered_shape_keeps_the_list():
+    """One kernel serves every shape of its (kernel, N, K, groups): it shrinks only if all do."""
+    local = GemmShape(DENSE, 6144, 2048, 1, "a", Rows.CP_LOCAL)
+    gathered = GemmShape(DENSE, 6144, 2048, 1, "b", Rows.GATHERED)
+    for shapes in ([local, gathered], [gathered, local]):
+        (e,) = plan_warmup(shapes, 65536, CPSetup(8, "interleave")).entries
+        assert e.shape.rows is Rows.GATHERED and e.after == e.before
+    (e,) = plan_warmup([local, local], 65536, CPSetup(8, "interleave")).entries
+    assert e.shape.name == "a+a" and len(e.after) == 16384
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    chunked=st.sampled_from([4096, 8192, 10000, 16384, 65536, -1]),
+    cp=st.integers(1, 16),
+    split=st.sampled_from(["interleave", "zigzag", "none"]),
+    fast=st.booleans(),
+    tps=st.sampled_from([(1, 8, 1), (2, 8, 8), (8, 1, 1), (1, 1, 8)]),
+)
+def test_only_cp_local_dense_shapes_lose_ms(chunked, cp, split, fast, tps):
+    attn_tp, dense_tp, shared_tp = tps
+    shapes = glm51_shapes(attn_tp=attn_tp, dense_tp=dense_tp, shared_tp=shared_tp, moe="both")
+    plan = plan_warmup(shapes, chunked, CPSetup(cp, split), fast=fast)
+    for e in plan.entries:
+        if e.shape.kernel.grouped or e.shape.rows is Rows.GATHERED:
+            assert e.after == e.before, e.shape.name
+        else:
+            assert set(e.before) - set(e.after) == {m for m in e.before if m > plan.dense_m_max}
 
 
 def test_interleave_shrinks_zigzag_does_not():
@@ -132,18 +205,14 @@ def test_interleave_shrinks_zigzag_does_not():
     ],
 )
 def test_no_shrink_cases(cp, why):
-    plan = plan_warmup(glm51_shapes(draft=cp.draft), 65536, cp)
+    plan = plan_warmup(glm51_shapes(), 65536, cp)
     assert plan.dense_m_max == 131072 and plan.after_total == plan.before_total
     assert all(why in e.reason for e in plan.entries if e.shape.kernel is DENSE)
 
 
-def test_draft_under_cp_shrinks_and_shares_kernels():
-    plan = plan_warmup(
-        glm51_shapes(draft=True), 65536, CPSetup(8, "interleave", draft=True, draft_cp=True)
-    )
-    assert plan.dense_m_max == 16384
-    # nextn.eh_proj is (6144, 12288), the same kernel family as mlp.down_proj: merged
-    assert "mlp.down_proj+nextn.eh_proj" in by_name(plan)
+def test_draft_under_cp_shrinks():
+    plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "interleave", draft=True, draft_cp=True))
+    assert plan.dense_m_max == 16384 and len(by_name(plan)["attn.o_proj"].after) == 16384
 
 
 @pytest.mark.parametrize(
@@ -162,7 +231,8 @@ def test_floor_and_rounding(chunked, cp, dense):
 
 
 def test_floor_never_exceeds_m_max():
-    plan = plan_warmup([GemmShape(DENSE, 256, 256)], 8192, CPSetup(2, "interleave"), floor=100000)
+    shape = GemmShape(DENSE, 256, 256, rows=Rows.CP_LOCAL)
+    plan = plan_warmup([shape], 8192, CPSetup(2, "interleave"), floor=100000)
     assert plan.dense_m_max == 16384 and plan.after_total == plan.before_total
 
 
@@ -226,8 +296,13 @@ def test_to_dict_is_compact():
             lambda: plan_warmup(glm51_reduced_shapes(), 8192, floor=0),
             "floor and mk_alignment must be >= 1",
         ),
-        (lambda: glm51_shapes(attn_tp=3), "attn_tp=3 must be >= 1 and divide 64"),
-        (lambda: glm51_shapes(ep=7), "ep=7 must be >= 1 and divide 256"),
+        (
+            lambda: glm51_shapes(attn_tp=3),
+            r"attn_tp=3 must be >= 1 and divide num_attention_heads \(64\)",
+        ),
+        (lambda: glm51_shapes(ep=7), r"ep=7 must be >= 1 and divide n_routed_experts \(256\)"),
+        (lambda: glm51_shapes(shared_tp=3), "shared_tp=3 must be >= 1 and divide the shared"),
+        (lambda: GemmShape(DENSE, 1, 1, rows="local"), "'local' is not a valid Rows"),
         (lambda: glm51_shapes(moe="dense"), "moe must be"),
         (
             lambda: run_warmup(plan_warmup(glm51_reduced_shapes(), 8192), grid="cp"),
@@ -253,8 +328,9 @@ def test_fast_to_chunk_samples_past_sglangs_32k_cap():
     assert min(filled.fast_to_chunk) > 32768  # SGLang's sample already holds everything below
     for a, b in zip(plain.entries, filled.entries, strict=True):
         assert a.before == b.before and set(a.after) <= set(b.after)
-        assert max(b.after) == (65536 if b.shape.kernel.grouped else 16384)
-        assert max(a.after) == (32768 if a.shape.kernel.grouped else 16384)
+        full = b.shape.kernel.grouped or b.shape.rows is Rows.GATHERED
+        assert max(b.after) == (65536 if full else 16384)
+        assert max(a.after) == (32768 if full else 16384)
         assert ("fast_to_chunk added" in b.reason) and "fast_to_chunk" not in a.reason
     # nothing to fill when the chunk fits SGLang's list, or outside fast mode
     small = plan_warmup(shapes, 8192, cp8, fast=True, fast_to_chunk=True)

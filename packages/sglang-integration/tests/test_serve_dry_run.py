@@ -47,10 +47,20 @@ def test_text_report_sm100_cp8(capsys):
         in lines
     )
     assert "  two-batch overlap: off" in lines
-    dense = [ln for ln in lines if ln.startswith("  GEMM_NT_F8F8BF16:")]
-    assert dense and dense[0].startswith(
-        "  GEMM_NT_F8F8BF16: 16384 Ms up to 16384 per shape, 10 shapes "
-        "(SGLang: 131072 up to 131072)"
+    dense = lines.index(next(ln for ln in lines if ln.startswith("  GEMM_NT_F8F8BF16:")))
+    assert lines[dense].startswith(
+        "  GEMM_NT_F8F8BF16: 5 of 10 shapes 16384 Ms up to 16384 per shape "
+        "(SGLang: 131072 up to 131072); dense: a rank runs at most 16384 rows"
+    )
+    assert lines[dense + 1] == (
+        "    shrink: attn.fused_qkv_a_proj (N 2624, K 6144), attn.q_b_proj (N 16384, K 2048), "
+        "attn.o_proj (N 6144, K 16384), indexer.wq_b (N 4096, K 2048), indexer.wk (N 128, K 6144)"
+    )
+    # SGLang resolves no all-to-all MoE backend here: dense MLP and shared expert split over TP 8
+    assert lines[dense + 2].startswith(
+        "    keep SGLang's 131072 Ms: attn.kv_b_proj (N 28672, K 512), mlp.gate_up_proj "
+        "(N 3072, K 6144), mlp.down_proj (N 6144, K 1536), shared_expert.gate_up_proj "
+        "(N 512, K 6144), shared_expert.down_proj (N 6144, K 256); gathered: "
     )
     assert (
         "  SGLang's list from sglang 0.5.23 update_deep_gemm_config; forwards up to 131072 "

@@ -7,12 +7,15 @@ it must:
 
 * **no shrink** (no CP, CP without a sequence split, or a draft model outside CP that sees
   whole chunks): every shape keeps SGLang's list exactly.
-* **shrink**: dense kernels stop at the most rows a rank can run, ``max_rank_rows(m, cp,
-  split)`` for forwards of up to ``m`` = SGLang's full-mode ``m_max`` tokens (the largest
-  forward SGLang's own warmup assumes), but never below ``floor``. Every M of SGLang's list up to
-  that cap stays; in fast mode the cap itself is added, as SGLang adds its own bound. Under
-  zigzag the cap is ``m`` (a batch with one short extend runs without CP), so nothing shrinks.
-  Grouped MoE kernels see the all-to-all re-gathered tokens and keep SGLang's list.
+* **shrink**: dense kernels of ``cp_local`` shapes (:class:`~deepgemm_compat._shapes.Rows`:
+  the attention side) stop at the most rows a rank can run, ``max_rank_rows(m, cp, split)`` for
+  forwards of up to ``m`` = SGLang's full-mode ``m_max`` tokens (the largest forward SGLang's
+  own warmup assumes), but never below ``floor``. Every M of SGLang's list up to that cap stays;
+  in fast mode the cap itself is added, as SGLang adds its own bound. Under zigzag the cap is
+  ``m`` (a batch with one short extend runs without CP), so nothing shrinks. ``gathered`` shapes
+  (dense MLP, shared expert: SGLang 0.5.23 all-gathers the FFN input over attention CP) and
+  grouped MoE kernels (all-to-all re-gathered tokens) keep SGLang's list. Shapes that share a
+  kernel (same kernel type, N, K, groups) shrink only if every one of them is ``cp_local``.
 * the bound ``m``: SGLang's scheduler keeps a prefill batch's extend tokens (mixed decode tokens
   included) within ``chunked_prefill_size`` when chunking is on; ``max_prefill_tokens`` bounds it
   only with chunking off, and then not the first request; PP dynamic chunking may reach
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 
 from deepgemm_compat._cp_rows import max_rank_rows
 from deepgemm_compat._mlist import fast_sample, resolve_m_list
-from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType
+from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType, Rows
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,23 @@ def shape_m_list(ms: Sequence[int], kernel: KernelType, cap: int | None) -> list
     return kept
 
 
+GROUPED_WHY = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
+GATHERED_WHY = (
+    "gathered: rows not bounded by one CP rank's shard (the FFN input is all-gathered over "
+    "attention CP; kv_b_proj projects KV rows), keeps SGLang's list"
+)
+
+
+def shape_reason(shape: GemmShape, cap: DenseCap) -> str:
+    """Why a shape warms what it warms: grouped, ``gathered`` under a shrink, or the cap's own
+    reason (which also says why nothing shrinks)."""
+    if shape.kernel.grouped:
+        return GROUPED_WHY
+    if cap.cap is not None and shape.rows is not Rows.CP_LOCAL:
+        return GATHERED_WHY
+    return cap.reason
+
+
 def fast_to_chunk_ms(chunked_prefill_size: int, ms: Sequence[int]) -> list[int]:
     """Ms SGLang's fast sample would add if it ran on up to the chunk size (not in ``ms``)."""
     if chunked_prefill_size < 1:
@@ -136,7 +156,8 @@ class PlanEntry:
         s = self.shape
         return {
             "name": s.name, "kernel": s.kernel.value, "n": s.n, "k": s.k, "groups": s.groups,
-            "before": grid(self.before), "after": grid(self.after), "reason": self.reason,
+            "rows": s.rows.value, "before": grid(self.before), "after": grid(self.after),
+            "reason": self.reason,
         }  # fmt: skip
 
 
@@ -144,9 +165,9 @@ class PlanEntry:
 class WarmupPlan:
     """The whole plan; ``entries`` has one row per distinct (kernel, N, K, groups).
 
-    ``m_max`` is the largest M of SGLang's list, ``dense_m_max`` the largest a dense kernel
-    warms, ``m_list_source`` where SGLang's list came from, ``fast_to_chunk`` the Ms that option
-    added (empty when off or nothing to add).
+    ``m_max`` is the largest M of SGLang's list, ``dense_m_max`` the largest a ``cp_local`` dense
+    kernel warms (``gathered`` ones warm up to ``m_max``), ``m_list_source`` where SGLang's list
+    came from, ``fast_to_chunk`` the Ms that option added (empty when off or nothing to add).
     """
 
     chunked_prefill_size: int
@@ -228,13 +249,15 @@ def plan_warmup(
     for s in shapes:
         prev = merged.get(s.key)
         name = s.name if prev is None or not prev.name else f"{prev.name}+{s.name}"
-        merged[s.key] = GemmShape(s.kernel, s.n, s.k, s.groups, name)
-    grouped_why = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
+        # one kernel serves every shape of its key: it shrinks only if all are cp-local
+        rows = s.rows if prev is None or prev.rows is s.rows else Rows.GATHERED
+        merged[s.key] = GemmShape(s.kernel, s.n, s.k, s.groups, name, rows)
     fill_why = f"; fast_to_chunk added {len(added)} Ms up to {chunked_prefill_size}"
     entries = []
     for s in merged.values():
-        after = shape_m_list(ms, s.kernel, cap.cap)
-        reason = (grouped_why if s.kernel.grouped else cap.reason) + (fill_why if added else "")
+        local = not s.kernel.grouped and s.rows is Rows.CP_LOCAL
+        after = shape_m_list(ms, s.kernel, cap.cap if local else None)
+        reason = shape_reason(s, cap) + (fill_why if added else "")
         entries.append(
             PlanEntry(
                 s,

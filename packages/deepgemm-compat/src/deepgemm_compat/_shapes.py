@@ -30,6 +30,20 @@ class KernelType(StrEnum):
         return self.name.endswith("_CONTIG")
 
 
+class Rows(StrEnum):
+    """Which rows a dense GEMM runs on under prefill CP, i.e. the Ms it can meet.
+
+    ``cp_local``: one CP rank's shard of the forward (at most ``max_rank_rows``); its grid may
+    stop there. ``gathered``: possibly every rank's shard, all-gathered (SGLang 0.5.23 gathers
+    the FFN input over the attention-CP group under DSA/MLA CP), or rows CP does not split;
+    its grid keeps SGLang's list. Unlabelled shapes are ``gathered``: never drop an M a shape
+    might meet.
+    """
+
+    CP_LOCAL = "cp_local"
+    GATHERED = "gathered"
+
+
 class CPSplit(StrEnum):
     """How CP distributes a sequence: ``zigzag``/``interleave`` split it, ``none`` does not."""
 
@@ -40,17 +54,23 @@ class CPSplit(StrEnum):
 
 @dataclass(frozen=True)
 class GemmShape:
-    """One GEMM family DeepGEMM compiles for: ``(M, K) x (groups, N, K)``."""
+    """One GEMM family DeepGEMM compiles for: ``(M, K) x (groups, N, K)``.
+
+    ``rows`` says where its M comes from under prefill CP (:class:`Rows`); grouped kernels keep
+    SGLang's list whatever it says.
+    """
 
     kernel: KernelType
     n: int
     k: int
     groups: int = 1
     name: str = ""
+    rows: Rows = Rows.GATHERED
 
     def __post_init__(self) -> None:
         kernel = KernelType(self.kernel)
         object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "rows", Rows(self.rows))
         for label, value in (("n", self.n), ("k", self.k), ("groups", self.groups)):
             if not _is_int(value) or value < 1:
                 raise ValueError(

@@ -24,11 +24,13 @@ Check and plan sgl-deep-gemm for SGLang deployments.
 PLAN_EPILOG = """\
 SGLang's list: taken from SGLang's own update_deep_gemm_config when sglang is importable
 (--m-list auto), else from the copy held equal to it (see README).
-The shrink: under CP with a sequence split, dense GEMMs stop at the most rows one rank can run
-for a forward of up to m_max tokens (m_max = the top of SGLang's full list, e.g. 2 * chunked up
-to 131072), and never below --floor. Interleave: roundup(ceil(m_max / cp), cp). Zigzag: no
-shrink, because a batch with an extend shorter than 2 * cp runs without CP. Grouped MoE GEMMs
-keep SGLang's list. With a draft model outside CP (--draft without --draft-cp) nothing shrinks.
+The shrink: under CP with a sequence split, the attention-side dense GEMMs (rows cp_local) stop
+at the most rows one rank can run for a forward of up to m_max tokens (m_max = the top of
+SGLang's full list, e.g. 2 * chunked up to 131072), and never below --floor. Interleave:
+roundup(ceil(m_max / cp), cp). Zigzag: no shrink, because a batch with an extend shorter than
+2 * cp runs without CP. The dense MLP and shared expert (rows gathered: SGLang all-gathers the
+FFN input over attention CP) and grouped MoE GEMMs keep SGLang's list. With a draft model
+outside CP (--draft without --draft-cp) nothing shrinks.
 
 example: deepgemm-compat plan --chunked 65536 --cp 8 --split interleave
 """
@@ -85,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--ep", type=int, default=8, help="expert parallelism; 8 (32 experts a rank)")
     plan.add_argument("--attn-tp", type=int, default=1, help="TP over attention heads; 1")
+    plan.add_argument(
+        "--dense-tp", type=int, default=8, help="TP of the dense MLP (1 = replicated); 8"
+    )
+    plan.add_argument(
+        "--shared-tp", type=int, default=1, help="TP of the shared expert (1 with DeepEP); 1"
+    )
     plan.add_argument("--moe", choices=("contiguous", "masked", "both"), default="contiguous")
     plan.add_argument(
         "--mk-alignment", type=int, default=128, help="contiguous-layout M alignment; 128"
@@ -98,7 +106,10 @@ def _plan(args: argparse.Namespace) -> int:
     from deepgemm_compat.warmup import CPSetup, glm51_reduced_shapes, glm51_shapes, plan_warmup
 
     if args.shapes == "glm51":
-        shapes = glm51_shapes(attn_tp=args.attn_tp, ep=args.ep, moe=args.moe, draft=args.draft)
+        shapes = glm51_shapes(
+            attn_tp=args.attn_tp, dense_tp=args.dense_tp, shared_tp=args.shared_tp, ep=args.ep,
+            moe=args.moe,
+        )  # fmt: skip
     else:
         shapes = glm51_reduced_shapes(ep=args.ep)
     cp = CPSetup(args.cp, args.split, args.draft, args.draft_cp)
@@ -110,7 +121,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=1))
         return 0
     head = (
-        f"{'shape':<44} {'kernel':<32} {'N':>6} {'K':>6} {'G':>3} "
+        f"{'shape':<44} {'kernel':<32} {'N':>6} {'K':>6} {'G':>3} {'rows':<8} "
         f"{'Ms before':>10} {'Ms after':>9}  reason"
     )
     print(
@@ -131,13 +142,14 @@ def _plan(args: argparse.Namespace) -> int:
         s = e.shape
         print(
             f"{s.name:<44} {s.kernel.value:<32} {s.n:>6} {s.k:>6} {s.groups:>3} "
+            f"{'-' if s.kernel.grouped else s.rows.value:<8} "
             f"{len(e.before):>10} {len(e.after):>9}  {e.reason}"
         )
     print("-" * len(head))
     saved = plan.before_total - plan.after_total
     pct = 100 * saved / plan.before_total if plan.before_total else 0.0
     print(
-        f"{'total':<44} {'':<32} {'':>6} {'':>6} {'':>3} {plan.before_total:>10} "
+        f"{'total':<44} {'':<32} {'':>6} {'':>6} {'':>3} {'':<8} {plan.before_total:>10} "
         f"{plan.after_total:>9}  {saved} fewer warmup calls ({pct:.0f}%)"
     )
     return 0

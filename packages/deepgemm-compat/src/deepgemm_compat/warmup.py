@@ -4,7 +4,7 @@ Example (CPU, no DeepGEMM needed)::
 
     from deepgemm_compat.warmup import CPSetup, glm51_shapes, plan_warmup
     plan = plan_warmup(glm51_shapes(), 65536, CPSetup(8, "interleave"))
-    plan.dense_m_max          # 16384 (131072 without CP, and under zigzag)
+    plan.dense_m_max          # 16384 for the attention side (131072 without CP, under zigzag)
 
 ``run_warmup(plan)`` executes it on the current GPU: one call per (shape, M), which makes
 DeepGEMM JIT-compile every kernel config the grid reaches.
@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deepgemm_compat._cp_rows import cp_applies, max_rank_rows, rank_rows
-from deepgemm_compat._glm51 import GLM51, glm51_reduced_shapes, glm51_shapes
+from deepgemm_compat._glm51 import (
+    GLM51,
+    dsa_attention_shapes,
+    dsa_ffn_shapes,
+    glm51_reduced_shapes,
+    glm51_shapes,
+)
 from deepgemm_compat._mlist import (
     HELD_EQUAL_TO,
     copy_m_list,
@@ -36,7 +42,7 @@ from deepgemm_compat._plan import (
     plan_warmup,
     shape_m_list,
 )
-from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType
+from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType, Rows
 
 __all__ = [
     "GLM51",
@@ -47,6 +53,7 @@ __all__ = [
     "GemmShape",
     "KernelType",
     "PlanEntry",
+    "Rows",
     "ShapeRun",
     "WarmupPlan",
     "WarmupRun",
@@ -54,6 +61,8 @@ __all__ = [
     "copy_m_list",
     "cp_applies",
     "dense_cap",
+    "dsa_attention_shapes",
+    "dsa_ffn_shapes",
     "fast_to_chunk_ms",
     "glm51_reduced_shapes",
     "glm51_shapes",

@@ -38,7 +38,9 @@ def kv_row_layout(
 
 def _warmup_section(hf_config: Any, resolved: dict[str, Any], server_args: Any) -> dict[str, Any]:
     from deepgemm_compat.warmup import GLM51, glm51_shapes
+    from sglang.srt.arg_groups.overrides import resolution_result
 
+    from sglang_cpkv.hooks._warmup_shapes import model_shapes
     from sglang_cpkv.hooks.deepgemm_warmup import plan, warmup_inputs
 
     quant = getattr(hf_config, "quantization_config", None) or {}
@@ -46,27 +48,41 @@ def _warmup_section(hf_config: Any, resolved: dict[str, Any], server_args: Any) 
         return {"note": "no block-FP8 GEMMs: DeepGEMM warmup does not apply"}
     inputs = warmup_inputs(server_args)
     tp, dp, cp = resolved["tp_size"], resolved["attn_dp_size"], resolved["attn_cp_size"]
+    attn_tp = max(tp // (dp * cp), 1)
     mode = resolved["disaggregation_mode"]
     moe = {"prefill": "contiguous", "decode": "masked"}.get(mode, "both")
     config = {k: getattr(hf_config, k) for k in GLM51 if hasattr(hf_config, k)}
+    # SGLang's placement: dense MLP replicated only with --moe-dense-tp-size 1, shared expert
+    # replicated with an all-to-all MoE backend
+    dense_tp = 1 if resolution_result(server_args, "moe_dense_tp_size") == 1 else tp
+    shared_tp = tp if resolved["moe_a2a_backend"] in (None, "none") else 1
     shapes = glm51_shapes(
-        attn_tp=max(tp // (dp * cp), 1), ep=resolved["ep_size"], moe=moe, draft=inputs.draft,
+        attn_tp=attn_tp, dense_tp=dense_tp, shared_tp=shared_tp, ep=resolved["ep_size"], moe=moe,
         config=config,
     )  # fmt: skip
-    p = plan(shapes, inputs)
-    kernels: dict[str, dict[str, Any]] = defaultdict(dict)
+    # rows as the hook decides them for this model, so each line says what the hook will do
+    p = plan(shapes, inputs, model_shapes(hf_config, attn_tp=attn_tp, tp=tp))
+    kernels: dict[str, dict[str, Any]] = {}
+    rows = []
     for e in p.entries:
-        row = kernels[e.shape.kernel.value]
-        row.setdefault("shapes", 0)
+        shrinks = len(e.after) < len(e.before)
+        rows.append({
+            "name": e.shape.name, "kernel": e.shape.kernel.value, "n": e.shape.n, "k": e.shape.k,
+            "shrinks": shrinks, "ms": len(e.after), "m_max": max(e.after, default=0),
+            "sglang_ms": len(e.before), "reason": e.reason,
+        })  # fmt: skip
+        row = kernels.setdefault(e.shape.kernel.value, {"shapes": 0, "shrink": 0})
         row["shapes"] += 1
-        row["ms"], row["m_max"] = len(e.after), max(e.after, default=0)
         row["sglang_ms"], row["sglang_m_max"] = len(e.before), max(e.before, default=0)
-        row["reason"] = e.reason
+        if shrinks or not row["shrink"]:  # the shrinking shapes' grid when there are any
+            row["ms"], row["m_max"], row["reason"] = len(e.after), max(e.after, default=0), e.reason
+        row["shrink"] += shrinks
     return {
         "inputs": inputs.__dict__, "dense_m_max": p.dense_m_max, "m_max": p.m_max,
         "m_list_source": p.m_list_source, "forward_tokens": p.cap.forward_tokens,
         "rank_rows": p.cap.rows, "fast_to_chunk_ms": len(p.fast_to_chunk),
-        "total_ms": p.after_total, "sglang_total_ms": p.before_total, "kernels": dict(kernels),
+        "total_ms": p.after_total, "sglang_total_ms": p.before_total, "kernels": kernels,
+        "shapes": rows,
     }  # fmt: skip
 
 
@@ -136,6 +152,10 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
     return report
 
 
+def _nk(shape: dict[str, Any]) -> str:
+    return f"{shape['name']} (N {shape['n']}, K {shape['k']})"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The report as aligned plain text."""
     res, kv, gpu = r["resolved"], r["kv_cache"], r["gpu"]["capability"]
@@ -189,10 +209,20 @@ def render_text(r: dict[str, Any]) -> str:
             f"tokens" + (f", a CP rank runs at most {rows} rows" if rows is not None else "")
         )
         for name, k in sorted(w["kernels"].items()):
+            some = f"{k['shrink']} of " if 0 < k["shrink"] < k["shapes"] else ""
             out.append(
-                f"  {name}: {k['ms']} Ms up to {k['m_max']} per shape, {k['shapes']} shapes "
+                f"  {name}: {some}{k['shapes']} shapes {k['ms']} Ms up to {k['m_max']} per shape "
                 f"(SGLang: {k['sglang_ms']} up to {k['sglang_m_max']}); {k['reason']}"
             )
+            if some:  # which shapes shrink and which keep SGLang's grid
+                mine = [s for s in w["shapes"] if s["kernel"] == name]
+                kept = [s for s in mine if not s["shrinks"]]
+                out.append("    shrink: " + ", ".join(_nk(s) for s in mine if s["shrinks"]))
+                out.append(
+                    f"    keep SGLang's {k['sglang_ms']} Ms: "
+                    + ", ".join(_nk(s) for s in kept)
+                    + f"; {kept[0]['reason']}"
+                )
     else:
         out.append(f"  {w['note']}")
     return "\n".join(out) + "\n"

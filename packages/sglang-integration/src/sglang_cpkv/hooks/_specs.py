@@ -13,6 +13,10 @@ from sglang_cpkv.hooks.indexcache_overrides import (
 from sglang_cpkv.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
 
 _HF = "sglang.srt.utils.hf_transformers.config"
+_WARMUP_NEEDS = (
+    "CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max", "GLM51", "Rows",
+    "dsa_attention_shapes", "dsa_ffn_shapes",
+)  # fmt: skip
 
 SPECS: tuple[HookSpec, ...] = (
     HookSpec(
@@ -63,11 +67,8 @@ SPECS: tuple[HookSpec, ...] = (
         kind="around",
         params=("kernel_type", "n", "k", "num_groups", "m_list"),
         hook=compile_with_cp_plan,
-        why="SGLang's own DeepGEMM warmup list, dense kernels capped at a CP rank's rows",
-        requires=tuple(
-            f"deepgemm_compat.warmup:{name}"
-            for name in ("CPSetup", "dense_cap", "fast_to_chunk_ms", "shape_m_list", "sglang_m_max")
-        ),
+        why="SGLang's own DeepGEMM warmup list, attention-side kernels capped at a CP rank's rows",
+        requires=tuple(f"deepgemm_compat.warmup:{name}" for name in _WARMUP_NEEDS),
     ),
     HookSpec(
         name="ragged-offsets",

@@ -1,19 +1,22 @@
-"""CP-aware DeepGEMM warmup: SGLang's own M list, capped for dense kernels under CP.
+"""CP-aware DeepGEMM warmup: SGLang's own M list, capped for attention-side kernels under CP.
 
 SGLang 0.5.23 (``layers/deep_gemm_wrapper/compile_utils.py``) JIT-warms every DeepGEMM kernel for
 one M list, whatever the kernel: ``1..min(2 * chunked, 131072)`` (131,072 Ms at chunked 65,536),
-or in fast mode a sample that stops near ``min(chunked, 32768)``. Under prefill CP a rank's dense
-GEMMs run at most ``deepgemm_compat.warmup.max_rank_rows`` rows, so most of the full list is
-never used there.
+or in fast mode a sample that stops near ``min(chunked, 32768)``. Under prefill CP a rank's
+attention projections run at most ``deepgemm_compat.warmup.max_rank_rows`` rows, so most of the
+full list is never used for them; the FFN GEMMs run on the rows all-gathered over attention CP
+and need all of it.
 
 This AROUND hook on ``_compile_deep_gemm_one_type_all(kernel_type, n, k, num_groups, m_list)``
 starts from the ``m_list`` SGLang passes and, from the published server arguments of this process
-(chunked prefill size, CP size and strategy, the speculative draft, fast mode):
+(chunked prefill size, CP size and strategy, the speculative draft, fast mode) and the model's
+config (``_warmup_shapes``):
 
 * hands SGLang exactly that list when nothing shrinks (no CP, no sequence split, a draft outside
-  CP, zigzag, grouped MoE kernels);
-* otherwise keeps, for dense kernels, every M of it up to the per-rank cap (plus the cap itself
-  when the fast list lacks it), and drops only the Ms above;
+  CP, zigzag, grouped MoE kernels, and every dense ``(N, K)`` it cannot identify as one of the
+  model's attention-side GEMMs);
+* otherwise keeps, for those attention-side kernels, every M of it up to the per-rank cap (plus
+  the cap itself when the fast list lacks it), and drops only the Ms above;
 * with ``CPKV_DEEPGEMM_FAST_TO_CHUNK=1`` in fast mode (opt-in, recorded as a decision), adds
   SGLang's fast sample continued up to the chunk size.
 
@@ -25,10 +28,12 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_cpkv._decisions import record
+from sglang_cpkv.hooks._warmup_shapes import ModelShapes, model_shapes
 
 #: Draft algorithms that run in the target's layout, i.e. under prefill CP (GLM/DeepSeek NextN
 #: drafts have no ``draft_parallel_spec``; SGLang's legacy policy keeps EAGLE in the target
@@ -112,11 +117,23 @@ def cp_setup(inputs: WarmupInputs) -> Any:
     )
 
 
-def plan(shapes: Any, inputs: WarmupInputs) -> Any:
+def plan(shapes: Sequence[Any], inputs: WarmupInputs, model: ModelShapes | None = None) -> Any:
     """``deepgemm_compat.warmup.plan_warmup`` for ``shapes`` under ``inputs``, from SGLang's own
-    M list (this process imports sglang)."""
-    from deepgemm_compat.warmup import plan_warmup
+    M list (this process imports sglang).
 
+    With ``model``, each dense shape is ``cp_local`` exactly when the hook would cap it
+    (``model.identify``), so the plan shows what the hook does to each ``(kernel, N, K)``.
+    """
+    from dataclasses import replace
+
+    from deepgemm_compat.warmup import Rows, plan_warmup
+
+    def as_hook_sees(s: Any) -> Any:
+        local = model is not None and model.identify(s.kernel.value, s.n, s.k)[0]
+        return replace(s, rows=Rows.CP_LOCAL if local else Rows.GATHERED)
+
+    if model is not None:
+        shapes = [s if s.kernel.grouped else as_hook_sees(s) for s in shapes]
     return plan_warmup(
         list(shapes),
         inputs.chunked_prefill_size,
@@ -136,16 +153,33 @@ class HookedList:
         changed: whether it differs from SGLang's.
         added: Ms ``fast_to_chunk`` added.
         reason: why, for the decision log.
+        what: the model GEMM(s) the kernel was identified as, or why it was not.
     """
 
     m_list: list[int]
     changed: bool
     added: tuple[int, ...]
     reason: str
+    what: str = ""
 
 
-def hooked_m_list(kernel: str, m_list: list[int], inputs: WarmupInputs) -> HookedList:
-    """The M list for one DeepGEMM kernel type, given the list SGLang built (``m_list``)."""
+def hooked_m_list(
+    kernel: str,
+    n: int,
+    k: int,
+    m_list: list[int],
+    inputs: WarmupInputs,
+    shapes: Callable[[], ModelShapes] | ModelShapes | None,
+) -> HookedList:
+    """The M list for one DeepGEMM kernel ``(kernel, N, K)``, given the list SGLang built.
+
+    Args:
+        kernel, n, k: what SGLang compiles (``DeepGemmKernelType`` name, N, K).
+        m_list: SGLang's list.
+        inputs: the deployment (:func:`warmup_inputs`).
+        shapes: the model's dense GEMMs, or a callable that reads them (only called when a dense
+            kernel could shrink); None = unknown, nothing dense shrinks.
+    """
     from deepgemm_compat.warmup import (
         KernelType,
         dense_cap,
@@ -165,12 +199,20 @@ def hooked_m_list(kernel: str, m_list: list[int], inputs: WarmupInputs) -> Hooke
     # the largest forward: the top of SGLang's full-mode list, from SGLang's own function
     forward = sglang_m_max(inputs.chunked_prefill_size, source="sglang")
     cap = dense_cap(forward, max(ms), cp_setup(inputs))
-    out = shape_m_list(ms, kind, cap.cap)
-    grouped = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
-    reason = grouped if kind.grouped else cap.reason
+    limit, what = None, ""
+    if kind.grouped:
+        reason = "grouped MoE: sees all-to-all re-gathered tokens, keeps the full grid"
+    elif cap.cap is None:
+        reason = cap.reason
+    else:
+        known = shapes() if callable(shapes) else shapes
+        local, what = known.identify(kernel, n, k) if known else (False, "model unknown")
+        limit = cap.cap if local else None
+        reason = cap.reason if local else f"SGLang's list ({what})"
+    out = shape_m_list(ms, kind, limit)
     if added:
         reason += f"; {FAST_TO_CHUNK_ENV}=1 added {len(added)} Ms up to {added[-1]}"
-    return HookedList(out, out != list(m_list), tuple(added), reason)
+    return HookedList(out, out != list(m_list), tuple(added), reason, what)
 
 
 def _process_inputs() -> WarmupInputs:
@@ -180,17 +222,38 @@ def _process_inputs() -> WarmupInputs:
     return warmup_inputs(get_server_args())
 
 
+_SHAPES: dict[tuple[Any, ...], ModelShapes] = {}
+
+
+def process_model_shapes() -> ModelShapes:
+    """The running model's dense GEMMs, from this process's published server arguments (model
+    config via SGLang's ``model_config_of``) and attention TP; cached per model and TP."""
+    from sglang.srt.arg_groups.overrides import model_config_of, resolution_result
+    from sglang.srt.runtime_context import get_parallel, get_server_args
+
+    server_args, parallel = get_server_args(), get_parallel()
+    attn_tp, tp = int(parallel.attn_tp_size), int(parallel.tp_size)
+    key = (resolution_result(server_args, "model_path"), attn_tp, tp)
+    if key not in _SHAPES:
+        try:
+            hf_config = model_config_of(server_args).hf_config
+        except Exception as exc:  # never fail a warmup over it: keep SGLang's lists
+            return ModelShapes(str(key[0]), note=f"cannot read the model config: {exc!r}")
+        _SHAPES[key] = model_shapes(hf_config, attn_tp=attn_tp, tp=tp)
+    return _SHAPES[key]
+
+
 def compile_with_cp_plan(original: Any, *args: Any, **kwargs: Any) -> Any:
     """AROUND hook on ``compile_utils._compile_deep_gemm_one_type_all``."""
     bound = inspect.signature(original).bind(*args, **kwargs)
     a = bound.arguments
-    kernel, theirs = a["kernel_type"].name, a["m_list"]
-    hooked = hooked_m_list(kernel, theirs, _process_inputs())
-    shape = f"{kernel} N={a['n']} K={a['k']} groups={a['num_groups']}"
+    kernel, n, k, theirs = a["kernel_type"].name, a["n"], a["k"], a["m_list"]
+    hooked = hooked_m_list(kernel, n, k, theirs, _process_inputs(), process_model_shapes)
+    shape = f"{kernel} N={n} K={k} groups={a['num_groups']}"
     if hooked.changed:
         a["m_list"] = hooked.m_list
         message = (
-            f"{shape}: {len(hooked.m_list)} Ms up to {max(hooked.m_list)} "
+            f"{shape} [{hooked.what}]: {len(hooked.m_list)} Ms up to {max(hooked.m_list)} "
             f"(SGLang: {len(theirs)} up to {max(theirs)})"
         )
     else:
