@@ -191,6 +191,7 @@ SCENARIOS = {
 
 
 def scenario_names() -> list[str]:
+    """Every registered scenario, in the order the default run reports them."""
     return list(SCENARIOS)
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from cpkv_runtime import plan_layout
-from sglang_cpkv.validate import (
+from cpkv_validate import (
     SCENARIOS,
     Engine,
     ModelConfig,
@@ -15,9 +15,9 @@ from sglang_cpkv.validate import (
     init_weights,
     legacy_layout,
 )
-from sglang_cpkv.validate import _model as m
-from sglang_cpkv.validate._compare import compare_rows
-from sglang_cpkv.validate._rt import legacy_conflicts
+from cpkv_validate import _model as m
+from cpkv_validate._compare import compare_rows
+from cpkv_validate._rt import legacy_conflicts
 
 
 def test_legacy_inverse_is_value_keyed_last_writer_wins():

@@ -5,7 +5,7 @@ prefilled in one batch (sharing cached prefix pages, copy-on-write for partial p
 decoded one token per step, batched with whatever else is running. ``--inverse legacy`` serves
 with the old value-keyed inverse, so ``cpkv-validate --url`` has a server that really leaks.
 
-    python -m sglang_cpkv.validate.refserver --port 8000 [--inverse legacy]
+    python -m cpkv_validate.refserver --port 8000 [--inverse legacy]
 
 Text is tokenised by words (``crc32(word) % 448``); generated ids come back as ``t<id>`` words.
 """
@@ -231,7 +231,7 @@ def serve(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m sglang_cpkv.validate.refserver", description=__doc__.split("\n")[0]
+        prog="python -m cpkv_validate.refserver", description=__doc__.split("\n")[0]
     )
     p.add_argument("--port", type=int, default=8000, help="0 = any free port (printed)")
     p.add_argument("--inverse", choices=["per-request", "legacy"], default="per-request")

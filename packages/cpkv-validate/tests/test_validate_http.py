@@ -4,7 +4,7 @@ The real-server target here is ``transformers serve`` (continuous batching, a ti
 and a word-level tokenizer built offline); it needs ``accelerate``, which the dev environment
 does not install, so that test skips without it. The engine is therefore also tested against
 the reference engine served behind the same ``/v1/completions`` API in its own process
-(``python -m sglang_cpkv.validate.refserver``): once with the per-request inverse (must pass)
+(``python -m cpkv_validate.refserver``): once with the per-request inverse (must pass)
 and once with the legacy one (must report contamination).
 """
 
@@ -22,8 +22,8 @@ import time
 import urllib.request
 
 import pytest
-from sglang_cpkv.validate import CompletionsClient, make_prompts, run_http
-from sglang_cpkv.validate._http import token_diff
+from cpkv_validate import CompletionsClient, make_prompts, run_http
+from cpkv_validate._http import token_diff
 
 
 def _free_port() -> int:
@@ -70,7 +70,7 @@ def _refserver(inverse: str):
     cmd = [
         sys.executable,
         "-m",
-        "sglang_cpkv.validate.refserver",
+        "cpkv_validate.refserver",
         "--port",
         str(port),
         "--inverse",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from sglang_cpkv.validate import Options, run_reference_many, scenario_names
+from cpkv_validate import Options, run_reference_many, scenario_names
 
 SPLITS = ("zigzag", "interleave")
 

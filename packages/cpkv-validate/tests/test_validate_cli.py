@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from sglang_cpkv.validate import main
+from cpkv_validate import main
 
 
 def _free_port() -> int:
@@ -95,11 +95,11 @@ def test_legacy_inverse_exits_1_and_names_the_source(tmp_path, capsys):
 
 
 def test_module_entry_point_runs_cp2_in_a_fresh_interpreter():
-    """``python -m sglang_cpkv.validate.cli`` (the GPU box has no console script): gloo, 2 ranks."""
+    """``python -m cpkv_validate.cli`` (the GPU box has no console script): gloo, 2 ranks."""
     cmd = [
         sys.executable,
         "-m",
-        "sglang_cpkv.validate.cli",
+        "cpkv_validate.cli",
         "--cp",
         "2",
         "--split",
