@@ -1,13 +1,9 @@
-"""A paged KV pool with a page allocator, and a radix-like prefix cache that shares pages.
+"""The paged KV storage of the reference engine, and the state of one request in it.
 
-The reference engine stores, per layer, the latent KV row of every token (and, on full layers, the
-indexer key) in pages of ``P`` tokens; token ``i`` of a request lives at location
-``pages[i // P] * P + i % P``. A new request reuses the pages of the longest cached token prefix,
-*including a partially filled last page*: its first current tokens then land on a page that other
-requests also list (they read rows the new request does not). That is the physical page sharing
-under which a value-keyed inverse goes wrong. The pool itself stays consistent by copy-on-write at
-cache-write time (:meth:`PagePool.ensure_private`): during the step the writer's private dense slot
-is the copy.
+Token ``i`` of a request lives at pool location ``pages[i // P] * P + i % P``, per layer. Which
+pages a request gets, and which it shares with others, is decided by an allocator model
+(``_alloc_free.CopyOnWriteAllocator`` or ``_alloc_sglang.SGLangAllocator``); this module only
+stores rows and remembers who wrote them, so the audit can name the source of a foreign row.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import torch
 
 from ._config import ModelConfig
 
-__all__ = ["PagePool", "PrefixCache", "Request"]
+__all__ = ["PagePool", "Request"]
 
 
 @dataclass
@@ -32,6 +28,8 @@ class Request:
         cached: tokens whose KV is in the pool.
         hit: tokens reused from the prefix cache at admission; ``hit_source`` names the entry.
         extends: extend length of each step it took part in.
+        protected: tokens at the front of ``pages`` that the prefix cache owns (SGLang's
+            ``cache_protected_len``; the copy-on-write model does not use it).
     """
 
     name: str
@@ -41,19 +39,19 @@ class Request:
     hit: int = 0
     hit_source: str | None = None
     extends: list[int] = field(default_factory=list)
+    protected: int = 0
 
 
 class PagePool:
-    """Per-layer paged KV storage plus a reference-counted page allocator.
+    """Per-layer paged KV storage: ``latent_dim`` rows on every layer, indexer keys on full ones.
 
     Args:
-        cfg: model dimensions (``latent_dim`` rows on every layer, ``index_head_dim`` rows on full
-            layers).
-        num_pages: pool size.
+        cfg: model dimensions.
+        num_pages: pages of storage (the allocator decides which of them it hands out).
         dtype, device: storage.
 
-    Freed pages go to the front of the free list (LIFO), so eviction churn hands a page with a
-    previous owner's KV straight to the next request, as a real allocator does; nothing is zeroed.
+    Nothing is zeroed when a page changes hands: a page reused after eviction still holds its
+    previous owner's KV, as in a real server.
     """
 
     def __init__(
@@ -71,28 +69,8 @@ class PagePool:
             else None
             for kind in cfg.indexer_types
         ]
-        self.free = list(range(num_pages - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
-        self.ref = [0] * num_pages
         self.writer: dict[int, str] = {}  # pool location -> request that last wrote it
         self.taint: dict[int, frozenset[str]] = {}  # location -> leak sources its KV carries
-
-    def alloc(self) -> int:
-        if not self.free:
-            raise MemoryError(
-                f"KV pool exhausted: all {self.num_pages} pages are held; fix: raise num_pages "
-                f"or evict cached prefixes"
-            )
-        page = self.free.pop()
-        self.ref[page] = 1
-        return page
-
-    def incref(self, page: int) -> None:
-        self.ref[page] += 1
-
-    def decref(self, page: int) -> None:
-        self.ref[page] -= 1
-        if self.ref[page] == 0:
-            self.free.append(page)
 
     def copy_page(self, src: int, dst: int) -> None:
         """Copy every layer's rows of page ``src`` into ``dst`` (copy-on-write)."""
@@ -105,54 +83,3 @@ class PagePool:
             self.taint.pop(dst * p + o, None)
             if (src * p + o) in self.taint:
                 self.taint[dst * p + o] = self.taint[src * p + o]
-
-
-class PrefixCache:
-    """Token-prefix -> pages, one entry per request (updated after each of its steps).
-
-    Each entry holds a reference on its pages, so a finished request's prefix stays reusable
-    until :meth:`evict` drops it.
-    """
-
-    def __init__(self, pool: PagePool, enabled: bool = True) -> None:
-        self.pool, self.enabled = pool, enabled
-        self.entries: dict[str, tuple[tuple[int, ...], list[int]]] = {}
-
-    def match(self, tokens: list[int]) -> tuple[int, list[int], str | None]:
-        """Longest cached prefix of ``tokens`` (at most ``len - 1``: one token is always computed).
-
-        Returns:
-            (length, pages covering it, name of the entry) — (0, [], None) on a miss.
-        """
-        best, pages, src = 0, [], None
-        if not self.enabled:
-            return best, pages, src
-        limit = len(tokens) - 1
-        for name, (toks, pgs) in self.entries.items():
-            n = 0
-            for a, b in zip(toks[:limit], tokens, strict=False):
-                if a != b:
-                    break
-                n += 1
-            if n > best:
-                best, src = n, name
-                pages = pgs[: -(-n // self.pool.page_size)]
-        return best, list(pages), src
-
-    def put(self, name: str, tokens: list[int], pages: list[int]) -> None:
-        if not self.enabled:
-            return
-        for p in pages:
-            self.pool.incref(p)
-        self.evict(name)
-        self.entries[name] = (tuple(tokens), list(pages))
-
-    def evict(self, name: str) -> None:
-        old = self.entries.pop(name, None)
-        if old is not None:
-            for p in old[1]:
-                self.pool.decref(p)
-
-    def holds(self, name: str, page: int) -> bool:
-        entry = self.entries.get(name)
-        return entry is not None and page in entry[1]
