@@ -35,6 +35,7 @@ BAD = [
     (["--allocator", "buddy"], "invalid choice: 'buddy'"),
     (["--url", "http://127.0.0.1:1", "--allocator", "sglang"], "apply to the reference engine"),
     (["--url", "http://127.0.0.1:1", "--cp", "2"], "apply to the reference engine"),
+    (["--url", "http://x:1", "--compare-tokens", "40"], "--compare-tokens must be in 1..--max"),
 ]
 
 

@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="http engine: requests per run (default: --concurrency)",
     )
     p.add_argument("--max-tokens", type=int, default=32, help="http engine: tokens to generate")
+    p.add_argument(
+        "--compare-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="http engine: the first N generated tokens must equal the sequential run exactly "
+        "(default: all of --max-tokens)",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="http engine: per-request seconds")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -137,6 +145,9 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
                 p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
         if args.requests is not None and args.requests < 2:
             p.error(f"--requests must be >= 2 (a batch needs two requests), got {args.requests}")
+        n = args.compare_tokens
+        if n is not None and not 1 <= n <= args.max_tokens:
+            p.error(f"--compare-tokens must be in 1..--max-tokens ({args.max_tokens}), got {n}")
     elif args.url:
         p.error("--url is for --engine http; drop --engine reference or --url")
     if args.cp is not None and args.cp < 1:
@@ -228,6 +239,7 @@ def _http(args: argparse.Namespace) -> Report:
         concurrency=args.concurrency,
         requests=args.requests or max(args.concurrency, 2),
         max_tokens=args.max_tokens,
+        compare_tokens=args.compare_tokens,
         seed=args.seed,
         timeout=args.timeout,
         show_progress=not args.no_progress,
