@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from cpkv_runtime import cp_split, current_tokens, gather_order, plan_layout
+from cpkv_runtime import Layout, cp_split, current_tokens, gather_order, plan_layout
 
 from . import _model as m
 from ._alloc_free import CopyOnWriteAllocator
@@ -129,7 +129,6 @@ class Engine:
         Returns:
             :class:`StepOutput` with the final hidden rows of every current token (all ranks).
         """
-        p = self.cfg.page_size
         reqs = [self.requests[n] for n, _ in batch]
         ext = [int(e) for _, e in batch]
         for r, e in zip(reqs, ext, strict=True):
@@ -140,16 +139,8 @@ class Engine:
                 )
         self.pages.extend(reqs, [r.cached + e for r, e in zip(reqs, ext, strict=True)])
         dev = self.device
-        max_pages = max(len(r.pages) for r in reqs)
-        page_tab = torch.full((len(reqs), max_pages), -1, dtype=torch.int64)
-        for b, r in enumerate(reqs):
-            page_tab[b, : len(r.pages)] = torch.tensor(r.pages)
-        page_tab = page_tab.to(dev)
-        prefix = torch.tensor([r.cached for r in reqs], dtype=torch.int32, device=dev)
         extend = torch.tensor(ext, dtype=torch.int32, device=dev)
-        layout = plan_layout(
-            page_tab.int(), prefix, extend, p, self.pool.num_pages, backend=self.backend
-        )
+        page_tab, layout = self._plan(reqs, extend)
         out = StepOutput()
         if self.inverse == "legacy":
             out.legacy_conflicts = legacy_conflicts(layout)
@@ -173,6 +164,19 @@ class Engine:
             out.hidden[r.name] = full[sel]
         self._write_cache(reqs, ext, ctx, token_req, token_pos, out.leaks)
         return out
+
+    def _plan(self, reqs: list[Request], extend: torch.Tensor) -> tuple[torch.Tensor, Layout]:
+        """The batch's page table (B, max_pages) int64 (-1 = none) and its dense layout."""
+        dev, p = self.device, self.cfg.page_size
+        page_tab = torch.full((len(reqs), max(len(r.pages) for r in reqs)), -1, dtype=torch.int64)
+        for b, r in enumerate(reqs):
+            page_tab[b, : len(r.pages)] = torch.tensor(r.pages)
+        page_tab = page_tab.to(dev)
+        prefix = torch.tensor([r.cached for r in reqs], dtype=torch.int32, device=dev)
+        layout = plan_layout(
+            page_tab.int(), prefix, extend, p, self.pool.num_pages, backend=self.backend
+        )
+        return page_tab, layout
 
     def _write_cache(self, reqs, ext, ctx, token_req, token_pos, leaks) -> None:
         """Copy-on-write any shared page a request wrote, store its current KV rows, and tell
