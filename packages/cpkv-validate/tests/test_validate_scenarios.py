@@ -19,7 +19,9 @@ SPLITS = ("zigzag", "interleave")
 #: batch list a page that one of them writes with its own, different tokens: the legacy inverse
 #: must be caught in each. Not here: the fresh prompts (nothing shared) and
 #: full_hit_short_extend (the requests writing the shared page all write the same tokens of the
-#: same prompt at the same positions, so a swapped slot holds identical KV).
+#: same prompt at the same positions, so a swapped slot holds the same KV up to rounding; with
+#: zigzag the copies round alike and nothing differs, with interleave the audit's bitwise check
+#: still sees the foreign slot).
 LEGACY_CATCHES = {
     "shared_prefix_pages",
     "cache_miss_mixed",

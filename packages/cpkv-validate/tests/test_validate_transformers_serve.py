@@ -38,9 +38,11 @@ pytestmark = [
 
 REQUESTS = 8  # concurrency too: every request of the batch in flight at once
 N = 16  # tokens generated and compared
-#: fp32 logits of magnitude < 1 carry rounding noise near 1e-7; a greedy step whose top-two gap
-#: is 100x that cannot be flipped by batch-dependent reduction order.
-MIN_MARGIN = 1e-5
+#: Measured: this model's float32 logits (magnitude ~7) move by ~2e-5 between two ways of
+#: computing the same step (full forward vs KV-cached decode), and transformers serve did flip a
+#: greedy choice whose top two logits were 8e-6 apart. A compared step whose gap is 50x that
+#: noise cannot flip.
+MIN_MARGIN = 1e-3
 
 
 def _tiny_model(path) -> None:

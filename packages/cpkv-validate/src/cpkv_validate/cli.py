@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["per-request", "legacy"],
         default="per-request",
         help="per-request: the fixed (request, page)-keyed inverse; legacy: the old "
-        "value-keyed one (must report contamination)",
+        "value-keyed one (must report contamination under --allocator free; under sglang no "
+        "page is both shared and written, so there is nothing for it to break)",
     )
     p.add_argument(
         "--device",
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="http engine: requests per run (default: --concurrency)",
     )
-    p.add_argument("--max-tokens", type=int, default=32, help="http engine: tokens to generate")
+    p.add_argument(
+        "--max-tokens", type=int, default=32, help="http engine: tokens to generate; default 32"
+    )
     p.add_argument(
         "--compare-tokens",
         type=int,
