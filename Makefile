@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 UV ?= uv
 
-.PHONY: help sync test lint format gov bench
+.PHONY: help sync test lint format gov validate bench
 help: ## show this help
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-8s %s\n", $$1, $$2}'
 
@@ -22,6 +22,9 @@ format: ## apply ruff fixes and formatting
 
 gov: ## validate the repo's work items (warnings fail, as in CI)
 	$(UV) run --frozen govctl check -W
+
+validate: ## the main job: cpkv-validate, every scenario, both splits and allocators (CPU)
+	$(UV) run --frozen cpkv-validate
 
 bench: ## run the CPU benchmarks (GPU ones run on the H200: see docs/benchmarks/)
 	$(UV) run --frozen python tools/govctl/benchmarks/bench_check.py

@@ -1,4 +1,4 @@
-"""cpkv for SGLang: the plugin, cpkv-serve and cpkv-validate.
+"""cpkv for SGLang: the plugin and cpkv-serve (the contamination harness is `cpkv_validate`).
 
 Importing this package does not import sglang or torch: the plugin's hooks import SGLang when
 SGLang's ``load_plugins()`` runs them.

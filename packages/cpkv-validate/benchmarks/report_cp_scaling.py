@@ -7,7 +7,7 @@ efficiency (speed-up / cp), per layer and per phase. Prints the table and writes
 not remake: cpkv-validate runs, earlier prefill runs) and ``cp-scaling.png`` (time per layer
 against the ideal, efficiency against the goals, and the phases of each layer as stacked bars).
 
-    python3 packages/sglang-integration/benchmarks/report_cp_scaling.py \\
+    python3 packages/cpkv-validate/benchmarks/report_cp_scaling.py \\
         --where "NVIDIA H200 x2" --rows docs/benchmarks/validate.json --out docs/benchmarks
 """
 

@@ -10,6 +10,11 @@ One :meth:`Engine.step` runs a batch of (request, extend length) the way a DSA s
    top-k positions into pool locations and ``remap_locs`` them into the dense buffer, attend;
 4. gather the outputs, write the current KV into the pool (copy-on-write for shared pages).
 
+Which pages a request gets, and which it shares, is the allocator model's business
+(``allocator``: ``free`` = token-granular sharing with partial pages copied on write, the shape
+under which a value-keyed inverse breaks; ``sglang`` = SGLang's page-aligned radix cache and
+paged allocator). The engine only asks it for pages and tells it what was computed.
+
 With ``audit=True`` every KV row a query reads is checked against the row its own request put
 there (pool history or its own current KV); a foreign row is looked up among the batch's current
 rows and the pool to name the request it came from (:class:`Leak`).
@@ -20,15 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from cpkv_runtime import cp_split, current_tokens, gather_order, plan_layout
+from cpkv_runtime import Layout, cp_split, current_tokens, gather_order, plan_layout
 
 from . import _model as m
+from ._alloc_free import CopyOnWriteAllocator
+from ._alloc_sglang import SGLangAllocator
 from ._config import ModelConfig, schedule
-from ._pool import PagePool, PrefixCache, Request
+from ._pool import PagePool, Request
 from ._rt import LocalComm, legacy_conflicts, legacy_layout
 from ._step import Leak, StepCtx
 
-__all__ = ["Engine", "Leak", "StepOutput"]
+__all__ = ["ALLOCATORS", "Engine", "Leak", "StepOutput"]
+
+#: ``--allocator`` name -> page allocator model (``_alloc_free``, ``_alloc_sglang``).
+ALLOCATORS = {"free": CopyOnWriteAllocator, "sglang": SGLangAllocator}
 
 
 @dataclass
@@ -49,10 +59,11 @@ class Engine:
 
     Args:
         cfg, weights: the model (:func:`_model.init_weights`).
-        num_pages: pool size in pages.
+        num_pages: pages the allocator hands out.
         comm: :class:`LocalComm` (cp = 1) or :class:`DistComm` (one engine per rank).
         split: ``zigzag`` or ``interleave``.
         inverse: ``per-request`` (the fix) or ``legacy`` (value-keyed, the old bug).
+        allocator: ``free`` or ``sglang`` (:data:`ALLOCATORS`).
         prefix_cache: share prefixes between requests (off for the batch-size-1 golden runs).
         backend: cpkv_runtime backend (None = its automatic choice).
         audit: check every KV row read against its owner (names leak sources).
@@ -69,6 +80,7 @@ class Engine:
         comm: object | None = None,
         split: str = "zigzag",
         inverse: str = "per-request",
+        allocator: str = "free",
         prefix_cache: bool = True,
         backend: str | None = None,
         audit: bool = False,
@@ -78,8 +90,10 @@ class Engine:
         self.cfg, self.w = cfg, weights
         ref = weights["embed_tokens.weight"]
         self.device, self.dtype = ref.device, ref.dtype
-        self.pool = PagePool(cfg, num_pages, self.dtype, self.device)
-        self.cache = PrefixCache(self.pool, enabled=prefix_cache)
+        if allocator not in ALLOCATORS:
+            raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}, got {allocator!r}")
+        self.pages = ALLOCATORS[allocator](num_pages, cfg.page_size, prefix_cache=prefix_cache)
+        self.pool = PagePool(cfg, self.pages.num_rows, self.dtype, self.device)
         self.comm = comm if comm is not None else LocalComm()
         self.split, self.inverse, self.backend = split, inverse, backend
         self.audit, self.q_chunk, self.stable_topk = audit, q_chunk, stable_topk
@@ -89,25 +103,21 @@ class Engine:
 
     # -- request lifecycle -------------------------------------------------------------------
     def admit(self, name: str, tokens: list[int]) -> Request:
-        """Add a request; it reuses the pages of the longest cached prefix (token granular)."""
+        """Add a request; it reuses the pages of the longest prefix the allocator matches."""
         if name in self.requests:
             raise ValueError(f"request {name!r} is already admitted; names must be unique")
-        hit, pages, src = self.cache.match(tokens)
-        for p in pages:
-            self.pool.incref(p)
-        req = Request(name, list(tokens), pages, cached=hit, hit=hit, hit_source=src)
+        req = Request(name, list(tokens))
+        self.pages.admit(req)
         self.requests[name] = req
         return req
 
     def finish(self, name: str) -> None:
         """Drop the live request; its prefix stays in the cache until evicted."""
-        req = self.requests.pop(name)
-        for p in req.pages:
-            self.pool.decref(p)
+        self.pages.finish(self.requests.pop(name))
 
     def evict(self, name: str) -> None:
         """Drop a cached prefix; pages nobody else holds return to the allocator."""
-        self.cache.evict(name)
+        self.pages.evict(name)
 
     # -- one prefill step ----------------------------------------------------------------------
     def step(self, batch: list[tuple[str, int]]) -> StepOutput:
@@ -119,7 +129,6 @@ class Engine:
         Returns:
             :class:`StepOutput` with the final hidden rows of every current token (all ranks).
         """
-        p = self.cfg.page_size
         reqs = [self.requests[n] for n, _ in batch]
         ext = [int(e) for _, e in batch]
         for r, e in zip(reqs, ext, strict=True):
@@ -128,19 +137,10 @@ class Engine:
                     f"request {r.name!r}: extend {e} with {r.cached} cached tokens exceeds its "
                     f"{len(r.tokens)} tokens (or is < 1)"
                 )
-            while len(r.pages) < -(-(r.cached + e) // p):
-                r.pages.append(self.pool.alloc())
+        self.pages.extend(reqs, [r.cached + e for r, e in zip(reqs, ext, strict=True)])
         dev = self.device
-        max_pages = max(len(r.pages) for r in reqs)
-        page_tab = torch.full((len(reqs), max_pages), -1, dtype=torch.int64)
-        for b, r in enumerate(reqs):
-            page_tab[b, : len(r.pages)] = torch.tensor(r.pages)
-        page_tab = page_tab.to(dev)
-        prefix = torch.tensor([r.cached for r in reqs], dtype=torch.int32, device=dev)
         extend = torch.tensor(ext, dtype=torch.int32, device=dev)
-        layout = plan_layout(
-            page_tab.int(), prefix, extend, p, self.pool.num_pages, backend=self.backend
-        )
+        page_tab, layout = self._plan(reqs, extend)
         out = StepOutput()
         if self.inverse == "legacy":
             out.legacy_conflicts = legacy_conflicts(layout)
@@ -165,21 +165,29 @@ class Engine:
         self._write_cache(reqs, ext, ctx, token_req, token_pos, out.leaks)
         return out
 
+    def _plan(self, reqs: list[Request], extend: torch.Tensor) -> tuple[torch.Tensor, Layout]:
+        """The batch's page table (B, max_pages) int64 (-1 = none) and its dense layout."""
+        dev, p = self.device, self.cfg.page_size
+        page_tab = torch.full((len(reqs), max(len(r.pages) for r in reqs)), -1, dtype=torch.int64)
+        for b, r in enumerate(reqs):
+            page_tab[b, : len(r.pages)] = torch.tensor(r.pages)
+        page_tab = page_tab.to(dev)
+        prefix = torch.tensor([r.cached for r in reqs], dtype=torch.int32, device=dev)
+        layout = plan_layout(
+            page_tab.int(), prefix, extend, p, self.pool.num_pages, backend=self.backend
+        )
+        return page_tab, layout
+
     def _write_cache(self, reqs, ext, ctx, token_req, token_pos, leaks) -> None:
-        """Copy-on-write any shared page a request wrote, then store its current KV rows."""
+        """Copy-on-write any shared page a request wrote, store its current KV rows, and tell
+        the allocator what is now computed."""
         p, pool = self.cfg.page_size, self.pool
         tainted = {}
         for leak in leaks:
             tainted.setdefault(leak.victim, set()).add(leak.source)
         for b, (r, e) in enumerate(zip(reqs, ext, strict=True)):
-            for j in range(r.cached // p, -(-(r.cached + e) // p)):
-                page = r.pages[j]
-                others = pool.ref[page] - 1 - int(self.cache.holds(r.name, page))
-                if others > 0:
-                    new = pool.alloc()
-                    pool.copy_page(page, new)
-                    pool.decref(page)
-                    r.pages[j] = new
+            for src, dst in self.pages.before_write(r, r.cached + e):
+                pool.copy_page(src, dst)
             sel = torch.nonzero(token_req == b).squeeze(1)
             pos = token_pos[sel]
             pages = torch.tensor(r.pages, device=self.device)
@@ -199,5 +207,4 @@ class Engine:
                     pool.taint.pop(loc_, None)
             r.cached += e
             r.extends.append(e)
-            n_used = -(-r.cached // p)
-            self.cache.put(r.name, r.tokens[: r.cached], r.pages[:n_used])
+            self.pages.commit(r)

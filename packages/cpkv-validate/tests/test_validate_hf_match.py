@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sglang_cpkv.validate import Engine, ModelConfig, init_weights
-from sglang_cpkv.validate import _model as m
+from cpkv_validate import Engine, ModelConfig, init_weights
+from cpkv_validate import _model as m
 
 hf = pytest.importorskip("transformers.models.glm_moe_dsa.modeling_glm_moe_dsa")
 from transformers import GlmMoeDsaConfig  # noqa: E402

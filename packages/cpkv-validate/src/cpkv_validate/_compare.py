@@ -41,12 +41,17 @@ class RequestResult:
 
 @dataclass
 class ScenarioResult:
+    """One scenario run: its requests, and the mode it ran in (None for the http engine)."""
+
     name: str
     description: str
     requests: list[RequestResult]
     steps: int = 0
     legacy_conflicts: int = 0  # (request, page) lookups the legacy inverse sends elsewhere
     shared_written_pages: int = 0  # pages one batch lists from >= 2 requests, written by one
+    cp: int | None = None
+    split: str | None = None
+    allocator: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,11 +1,12 @@
 """The reference engine behind an OpenAI-compatible ``/v1/completions`` API (greedy only).
 
 A continuous-batching loop: requests that arrive within a short window are admitted together,
-prefilled in one batch (sharing cached prefix pages, copy-on-write for partial pages) and then
-decoded one token per step, batched with whatever else is running. ``--inverse legacy`` serves
-with the old value-keyed inverse, so ``cpkv-validate --url`` has a server that really leaks.
+prefilled in one batch (sharing cached prefix pages as ``--allocator`` says: ``free`` shares
+partial pages and copies them on write, ``sglang`` shares whole pages only) and then decoded one
+token per step, batched with whatever else is running. ``--inverse legacy`` serves with the old
+value-keyed inverse, so ``cpkv-validate --url`` has a server that really leaks.
 
-    python -m sglang_cpkv.validate.refserver --port 8000 [--inverse legacy]
+    python -m cpkv_validate.refserver --port 8000 [--inverse legacy] [--allocator sglang]
 
 Text is tokenised by words (``crc32(word) % 448``); generated ids come back as ``t<id>`` words.
 """
@@ -24,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import torch
 
 from ._config import PRESETS
-from ._engine import Engine
+from ._engine import ALLOCATORS, Engine
 from ._model import init_weights
 from ._scenarios import MARKER_BASE
 
@@ -53,6 +54,7 @@ class RefServer:
 
     Args:
         inverse: ``per-request`` or ``legacy``.
+        allocator: ``free`` or ``sglang`` (the engine's page allocator model).
         num_pages: KV pool pages; cached prefixes of finished requests are evicted (oldest
             first) when a step needs room.
         window_s: how long an idle loop waits for concurrent arrivals before a step (decode
@@ -65,10 +67,13 @@ class RefServer:
         seed: int = 0,
         num_pages: int = 2048,
         window_s: float = 0.05,
+        allocator: str = "free",
     ) -> None:
         self.cfg = PRESETS["tiny"]
         self.w = init_weights(self.cfg, seed)
-        self.engine = Engine(self.cfg, self.w, num_pages=num_pages, inverse=inverse)
+        self.engine = Engine(
+            self.cfg, self.w, num_pages=num_pages, inverse=inverse, allocator=allocator
+        )
         self.window_s = window_s
         self.pending: list[_Job] = []
         self.running: list[_Job] = []
@@ -92,7 +97,7 @@ class RefServer:
     def flush(self) -> None:
         """Evict every cached prefix no running request holds (SGLang's ``/flush_cache``)."""
         with self.step_lock:
-            for name in list(self.engine.cache.entries):
+            for name in self.engine.pages.cached_names():
                 if name not in self.engine.requests:
                     self.engine.evict(name)
 
@@ -102,8 +107,8 @@ class RefServer:
         for name, e in batch:
             r = eng.requests[name]
             need += max(0, -(-(r.cached + e) // p) - len(r.pages))
-        for name in list(eng.cache.entries):
-            if len(eng.pool.free) >= need:
+        for name in eng.pages.cached_names():
+            if eng.pages.num_free() >= need:
                 break
             if name not in eng.requests:
                 eng.evict(name)
@@ -219,11 +224,11 @@ def _handler(server: RefServer) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(
-    port: int = 0, inverse: str = "per-request", seed: int = 0
+    port: int = 0, inverse: str = "per-request", seed: int = 0, allocator: str = "free"
 ) -> tuple[ThreadingHTTPServer, RefServer]:
     """Start serving on 127.0.0.1:``port`` (0 = any free port) in a background thread."""
     torch.set_num_threads(1)
-    ref = RefServer(inverse=inverse, seed=seed)
+    ref = RefServer(inverse=inverse, seed=seed, allocator=allocator)
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(ref))
     threading.Thread(target=httpd.serve_forever, name="refserver-http", daemon=True).start()
     return httpd, ref
@@ -231,13 +236,14 @@ def serve(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m sglang_cpkv.validate.refserver", description=__doc__.split("\n")[0]
+        prog="python -m cpkv_validate.refserver", description=__doc__.split("\n")[0]
     )
     p.add_argument("--port", type=int, default=8000, help="0 = any free port (printed)")
     p.add_argument("--inverse", choices=["per-request", "legacy"], default="per-request")
+    p.add_argument("--allocator", choices=list(ALLOCATORS), default="free")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    httpd, _ = serve(args.port, args.inverse, args.seed)
+    httpd, _ = serve(args.port, args.inverse, args.seed, args.allocator)
     print(f"listening on http://127.0.0.1:{httpd.server_address[1]}", flush=True)
     try:
         while True:

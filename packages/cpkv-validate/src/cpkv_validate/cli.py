@@ -5,8 +5,8 @@ Exit status: 0 every request matches batch size 1; 1 contamination (or a mismatc
 
 Examples::
 
-    cpkv-validate                                  # reference engine, cp 2, every scenario, CPU
-    cpkv-validate --cp 4 --split interleave --scenario tiny_extends
+    cpkv-validate              # reference engine, every scenario, both splits, both allocators, CPU
+    cpkv-validate --cp 4 --split interleave --allocator sglang --scenario tiny_extends
     cpkv-validate --inverse legacy                 # the old value-keyed inverse: must FAIL
     cpkv-validate --url http://127.0.0.1:30000 --concurrency 8 --json report.json
 """
@@ -18,11 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from ._compare import TOLERANCE, Report
+from ._compare import TOLERANCE, Report, ScenarioResult
 from ._report import print_report, write_json
-from ._scenarios import scenario_names
+from ._scenarios import SCENARIOS, scenario_names
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DEFAULT_CP", "build_parser", "main"]
+
+#: CP size of the default run for scenarios that name none of their own.
+DEFAULT_CP = 2
+SPLITS = ("zigzag", "interleave")
+ALLOCATOR_MODES = ("free", "sglang")  # _engine.ALLOCATORS, without importing torch for --help
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,20 +51,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
     p.add_argument(
-        "--cp", type=int, default=2, help="context-parallel ranks (processes); default 2"
+        "--cp",
+        type=int,
+        default=None,
+        help=f"context-parallel ranks (processes) for every scenario; default: {DEFAULT_CP}, or "
+        "the CP size a scenario is named for (fresh_prompts_cp4 runs at 4)",
     )
     p.add_argument(
         "--split",
-        choices=["zigzag", "interleave"],
-        default="zigzag",
-        help="how current tokens are spread over CP ranks; default zigzag",
+        action="append",
+        choices=SPLITS,
+        help="how current tokens are spread over CP ranks (repeatable); default: both",
+    )
+    p.add_argument(
+        "--allocator",
+        action="append",
+        choices=ALLOCATOR_MODES,
+        help="page allocator model (repeatable); default: both. free: token-granular prefix "
+        "hits, partial pages shared and copied on write (where a value-keyed inverse breaks); "
+        "sglang: SGLang's radix cache, hits rounded down to the page, fresh pages from there on",
     )
     p.add_argument(
         "--inverse",
         choices=["per-request", "legacy"],
         default="per-request",
         help="per-request: the fixed (request, page)-keyed inverse; legacy: the old "
-        "value-keyed one (must report contamination)",
+        "value-keyed one (must report contamination under --allocator free; under sglang no "
+        "page is both shared and written, so there is nothing for it to break)",
     )
     p.add_argument(
         "--device",
@@ -94,7 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="http engine: requests per run (default: --concurrency)",
     )
-    p.add_argument("--max-tokens", type=int, default=32, help="http engine: tokens to generate")
+    p.add_argument(
+        "--max-tokens", type=int, default=32, help="http engine: tokens to generate; default 32"
+    )
+    p.add_argument(
+        "--compare-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="http engine: the first N generated tokens must equal the sequential run exactly "
+        "(default: all of --max-tokens)",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="http engine: per-request seconds")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -113,14 +141,19 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
             p.error(f"--url must start with http:// or https://, got {args.url!r}")
         if args.inverse != "per-request":
             p.error("--inverse applies to the reference engine only (a server has its own inverse)")
+        if args.allocator or args.split or args.cp is not None:
+            p.error("--cp, --split and --allocator apply to the reference engine only")
         for name in ("concurrency", "max_tokens"):
             if getattr(args, name) < 1:
                 p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
         if args.requests is not None and args.requests < 2:
             p.error(f"--requests must be >= 2 (a batch needs two requests), got {args.requests}")
+        n = args.compare_tokens
+        if n is not None and not 1 <= n <= args.max_tokens:
+            p.error(f"--compare-tokens must be in 1..--max-tokens ({args.max_tokens}), got {n}")
     elif args.url:
         p.error("--url is for --engine http; drop --engine reference or --url")
-    if args.cp < 1:
+    if args.cp is not None and args.cp < 1:
         p.error(f"--cp must be >= 1, got {args.cp}")
     names = scenario_names()
     unknown = [s for s in args.scenario or [] if s not in names]
@@ -131,10 +164,12 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
 
         if not torch.cuda.is_available():
             p.error("--device cuda: no CUDA device is visible here; use --device cpu")
-        if args.cp > torch.cuda.device_count():
+        most = max(_plan(args))
+        if most > torch.cuda.device_count():
             p.error(
-                f"--cp {args.cp} needs {args.cp} GPUs (NCCL: one GPU per rank), "
-                f"{torch.cuda.device_count()} visible"
+                f"cp {most} needs {most} GPUs (NCCL: one GPU per rank), "
+                f"{torch.cuda.device_count()} visible; fix: pass --cp N or leave out the "
+                f"scenarios named for a larger cp"
             )
     if args.json:
         parent = Path(args.json).resolve().parent
@@ -142,34 +177,58 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
             p.error(f"--json {args.json}: directory {parent} does not exist")
 
 
+def _plan(args: argparse.Namespace) -> dict[int, list[str]]:
+    """cp size -> the scenarios that run at it (``--cp``, else each scenario's own, else 2)."""
+    plan: dict[int, list[str]] = {}
+    for name in args.scenario or scenario_names():
+        cp = args.cp if args.cp is not None else (SCENARIOS[name].cp or DEFAULT_CP)
+        plan.setdefault(cp, []).append(name)
+    return plan
+
+
 def _reference(args: argparse.Namespace) -> Report:
-    from ._dist import run_reference
+    from ._dist import run_reference_many
     from ._runner import Options
 
     backend = None if args.backend == "auto" else args.backend
-    opts = Options(
-        scenarios=args.scenario or scenario_names(),
-        cp=args.cp,
-        split=args.split,
-        inverse=args.inverse,
-        device=args.device,
-        dtype=args.dtype,
-        seed=args.seed,
-        backend=backend,
-    )
+    splits = list(dict.fromkeys(args.split or SPLITS))
+    allocators = list(dict.fromkeys(args.allocator or ALLOCATOR_MODES))
     t0 = time.perf_counter()
-    results = run_reference(opts, show_progress=not args.no_progress)
+    results: list[ScenarioResult] = []
+    for cp, names in sorted(_plan(args).items()):
+        runs = [
+            Options(
+                scenarios=names,
+                cp=cp,
+                split=split,
+                inverse=args.inverse,
+                allocator=allocator,
+                device=args.device,
+                dtype=args.dtype,
+                seed=args.seed,
+                backend=backend,
+            )
+            for split in splits
+            for allocator in allocators
+        ]
+        for part in run_reference_many(runs, show_progress=not args.no_progress):
+            results.extend(part)
+    order = {n: i for i, n in enumerate(scenario_names())}
+    results.sort(
+        key=lambda s: (order[s.name], s.cp, splits.index(s.split), allocators.index(s.allocator))
+    )
     config = {
         "engine": "reference",
-        "cp": args.cp,
-        "split": args.split,
+        "cp": args.cp if args.cp is not None else f"per scenario (default {DEFAULT_CP})",
+        "splits": splits,
+        "allocators": allocators,
         "inverse": args.inverse,
         "device": args.device,
         "dtype": args.dtype,
         "backend": args.backend,
         "seed": args.seed,
         "tolerance": TOLERANCE[args.dtype],
-        "model": opts.model_config().to_dict(),
+        "model": runs[0].model_config().to_dict(),
     }
     return Report(config, results, time.perf_counter() - t0)
 
@@ -183,6 +242,7 @@ def _http(args: argparse.Namespace) -> Report:
         concurrency=args.concurrency,
         requests=args.requests or max(args.concurrency, 2),
         max_tokens=args.max_tokens,
+        compare_tokens=args.compare_tokens,
         seed=args.seed,
         timeout=args.timeout,
         show_progress=not args.no_progress,
@@ -194,10 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_scenarios:
-        from ._scenarios import SCENARIOS
-
-        for name, (_, desc) in SCENARIOS.items():
-            print(f"{name:22s} {desc}")
+        for name, spec in SCENARIOS.items():
+            at = f"[cp {spec.cp}] " if spec.cp else ""
+            print(f"{name:28s} {at}{spec.description}")
         return 0
     _check(args, parser)
     try:

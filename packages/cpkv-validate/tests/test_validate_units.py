@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 from cpkv_runtime import plan_layout
-from sglang_cpkv.validate import (
+from cpkv_validate import (
+    REST,
     SCENARIOS,
     Engine,
     ModelConfig,
@@ -15,9 +16,10 @@ from sglang_cpkv.validate import (
     init_weights,
     legacy_layout,
 )
-from sglang_cpkv.validate import _model as m
-from sglang_cpkv.validate._compare import compare_rows
-from sglang_cpkv.validate._rt import legacy_conflicts
+from cpkv_validate import _model as m
+from cpkv_validate._compare import compare_rows
+from cpkv_validate._rt import legacy_conflicts
+from cpkv_validate._scenarios_sglang import SGLANG_SCENARIOS
 
 
 def test_legacy_inverse_is_value_keyed_last_writer_wins():
@@ -93,11 +95,37 @@ def test_scenarios_are_consistent(name):
             tokens[req] = toks
             done[req] = None
         assert len({r for r, _ in step.batch}) == len(step.batch)
-        assert all(ext >= 1 for _, ext in step.batch)
-    assert set(sc.markers) == set(tokens)
+        assert all(ext is REST or ext >= 1 for _, ext in step.batch)
+        # an admitted request runs in the step that admits it (its match is that step's)
+        assert {r for r, _ in step.admit} <= {r for r, _ in step.batch}
     assert len(set(sc.markers.values())) == len(sc.markers)
     for req, toks in tokens.items():
-        assert sc.markers[req] in toks  # every request carries its own marker
+        if req in sc.markers:
+            assert sc.markers[req] in toks  # private text carries its own marker
+        else:  # no private text: a whole-prompt hit of another request's prompt
+            assert any(o != req and t[: len(toks)] == toks for o, t in tokens.items()), req
+    assert sc.cp == SCENARIOS[name].cp
+
+
+@pytest.mark.parametrize("name", list(SGLANG_SCENARIOS))
+def test_sglang_shaped_scenarios_name_the_behaviour_they_model(name):
+    doc = SGLANG_SCENARIOS[name].build.__doc__
+    assert doc and "SGLang" in doc, name
+
+
+def test_page_boundary_lengths_scale_sglangs_lengths_to_the_page():
+    """63, 64, 65, 127, 129 at page 64 are P-1, P, P+1, 2P-1, 2P+1: each length is one
+    request's prefix and another's suffix."""
+    p = 16
+    sc = build_scenario("page_boundary_lengths", page_size=p, seed=0)
+    base = dict(sc.steps[0].admit)["base"]
+    pairs = set()
+    for _, toks in sc.steps[1].admit:
+        pre = next(i for i, (a, b) in enumerate(zip(toks, base, strict=False)) if a != b)
+        pairs.add((pre, len(toks) - pre))
+    want = [p - 1, p, p + 1, 2 * p - 1, 2 * p + 1]
+    assert sorted(pre for pre, _ in pairs) == want
+    assert sorted(suf for _, suf in pairs) == want
 
 
 def test_unknown_scenario():

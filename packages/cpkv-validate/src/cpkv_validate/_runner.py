@@ -18,6 +18,7 @@ from ._config import PRESETS, ModelConfig
 from ._engine import Engine, Leak
 from ._model import init_weights
 from ._rt import LocalComm
+from ._scenario_text import REST
 from ._scenarios import Scenario, build_scenario
 
 __all__ = ["Options", "run_all", "run_scenario"]
@@ -33,6 +34,7 @@ class Options:
     cp: int = 2
     split: str = "zigzag"
     inverse: str = "per-request"
+    allocator: str = "free"
     device: str = "cpu"
     dtype: str = "float64"
     seed: int = 0
@@ -93,6 +95,7 @@ def run_scenario(
         comm=comm,
         split=opts.split,
         inverse=opts.inverse,
+        allocator=opts.allocator,
         backend=opts.backend,
         audit=True,
     )
@@ -105,8 +108,9 @@ def run_scenario(
         for name, toks in step.admit:
             history[name] = eng.admit(name, toks)
             tokens[name] = toks
-        shared += _shared_written(eng, step.batch)
-        out = eng.step(step.batch)
+        batch = _resolve_rest(eng, step.batch)
+        shared += _shared_written(eng, batch)
+        out = eng.step(batch)
         conflicts += out.legacy_conflicts
         leaks += out.leaks
         for name in out.positions:
@@ -168,7 +172,25 @@ def run_scenario(
                 ],
             )
         )
-    return ScenarioResult(sc.name, sc.description, results, len(sc.steps), conflicts, shared)
+    return ScenarioResult(
+        sc.name,
+        sc.description,
+        results,
+        len(sc.steps),
+        conflicts,
+        shared,
+        cp=comm.world,
+        split=opts.split,
+        allocator=opts.allocator,
+    )
+
+
+def _resolve_rest(eng: Engine, batch: list[tuple[str, int | None]]) -> list[tuple[str, int]]:
+    """Replace ``REST`` extends by what of each prompt is not cached yet."""
+    return [
+        (n, len(eng.requests[n].tokens) - eng.requests[n].cached if e is REST else e)
+        for n, e in batch
+    ]
 
 
 def _shared_written(eng: Engine, batch: list[tuple[str, int]]) -> int:

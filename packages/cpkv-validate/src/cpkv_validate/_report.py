@@ -1,0 +1,135 @@
+"""Render a :class:`Report`: a rich table on the terminal, a JSON file for machines."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ._compare import Report, ScenarioResult
+
+__all__ = ["print_report", "write_json"]
+
+
+def _fmt_diff(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.2e}"
+
+
+def _source(r) -> str:
+    if not r.leak_sources:
+        return "—" if r.verdict == "PASS" else "unattributed"
+    return ", ".join(r.leak_sources)
+
+
+def _leaks(sc: ScenarioResult) -> str:
+    bad = [r for r in sc.requests if r.verdict != "PASS"]
+    return ", ".join(f"{r.request} ← {_source(r)}" for r in bad) or "—"
+
+
+def _reference_table(report: Report) -> Table:
+    """One row per scenario run (cp, split, allocator); failing requests name their source."""
+    table = Table()
+    for col, just in (
+        ("scenario", "left"),
+        ("cp", "right"),
+        ("split", "left"),
+        ("allocator", "left"),
+        ("requests", "right"),
+        ("rows", "right"),
+        ("max abs diff", "right"),
+        ("verdict", "left"),
+        ("leaks (victim ← source)", "left"),
+    ):
+        table.add_column(col, justify=just)
+    runs = report.scenarios
+    for i, sc in enumerate(runs):
+        first = i == 0 or runs[i - 1].name != sc.name
+        last = i == len(runs) - 1 or runs[i + 1].name != sc.name
+        style = "green" if sc.ok else "bold red"
+        table.add_row(
+            sc.name if first else "",
+            str(sc.cp),
+            str(sc.split),
+            str(sc.allocator),
+            str(len(sc.requests)),
+            str(sum(r.rows for r in sc.requests)),
+            _fmt_diff(max((r.max_abs_diff for r in sc.requests), default=0.0)),
+            f"[{style}]{'PASS' if sc.ok else 'FAIL'}[/]",
+            _leaks(sc),
+            end_section=last,
+        )
+    return table
+
+
+def _http_table(report: Report) -> Table:
+    """One row per request: differing generated tokens, verdict, the request that leaked in."""
+    table = Table()
+    for col, just in (
+        ("scenario", "left"),
+        ("request", "left"),
+        ("marker", "right"),
+        ("tokens compared", "right"),
+        ("tokens differing", "right"),
+        ("verdict", "left"),
+        ("leak source", "left"),
+    ):
+        table.add_column(col, justify=just)
+    for sc in report.scenarios:
+        for i, r in enumerate(sc.requests):
+            style = "green" if r.verdict == "PASS" else "bold red"
+            table.add_row(
+                sc.name if i == 0 else "",
+                r.request,
+                r.marker,
+                str(r.rows),
+                str(int(r.max_abs_diff)),
+                f"[{style}]{r.verdict}[/]",
+                _source(r),
+                end_section=i == len(sc.requests) - 1,
+            )
+    return table
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """The table (one row per scenario run, or per request for http) and a one-line verdict."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # pipes and CI logs: do not squeeze the table into 80 columns
+            console = Console(width=max(console.width, 150))
+    cfg = report.config
+    if cfg.get("engine") == "http":
+        n = cfg.get("compare_tokens", cfg.get("max_tokens"))
+        title = (
+            f"cpkv-validate · engine=http url={cfg.get('url')} model={cfg.get('model')} "
+            f"concurrency={cfg.get('concurrency')} (first {n} greedy tokens compared)"
+        )
+        table = _http_table(report)
+    else:
+        title = (
+            f"cpkv-validate · engine=reference inverse={cfg.get('inverse')} "
+            f"device={cfg.get('device')} dtype={cfg.get('dtype')} cp={cfg.get('cp')}"
+        )
+        table = _reference_table(report)
+    console.print(f"[bold]{title}[/]")
+    console.print(table)
+    bad = [s for s in report.scenarios if not s.ok]
+    runs, n = len(report.scenarios), sum(len(s.requests) for s in report.scenarios)
+    if bad:
+        names = ", ".join(dict.fromkeys(s.name for s in bad))
+        console.print(
+            f"[bold red]CONTAMINATION[/] in {len(bad)}/{runs} scenario runs ({names}); "
+            f"tolerance {cfg.get('tolerance')}; {report.wall_s:.1f}s"
+        )
+    else:
+        console.print(
+            f"[bold green]OK[/]: {n} requests in {runs} scenario runs match batch size 1 "
+            f"(tolerance {cfg.get('tolerance')}); {report.wall_s:.1f}s"
+        )
+
+
+def write_json(report: Report, path: str | Path) -> None:
+    """Write the report (config, per-request results, leaks) as indented JSON."""
+    Path(path).write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
