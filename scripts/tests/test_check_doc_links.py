@@ -89,7 +89,7 @@ CASES = [
             "python3 -m no_such_module_xyz.cli\n"
             "python3 -W ignore -u -m pytest -q\n"
             "python3 scripts/no-such-script.py --x\n"
-            "python3 packages/sglang-integration/benchmarks/bench_prefill.py --cp 2\n"
+            "python3 packages/cpkv-validate/benchmarks/bench_prefill.py --cp 2\n"
             "python -c 'import no_such_module_xyz'"
         ),
         [

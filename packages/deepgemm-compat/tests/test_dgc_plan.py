@@ -75,12 +75,18 @@ def test_fast_list_is_not_cut_at_the_bound(chunked, count, last):
 def test_m_list_source_falls_back_to_the_copy(monkeypatch):
     import sys
 
+    from deepgemm_compat import _mlist
     from deepgemm_compat.warmup import resolve_m_list
 
     monkeypatch.setitem(sys.modules, "sglang", None)  # makes `import sglang...` fail
     ms, where = resolve_m_list(8192, source="auto")
     assert ms == list(range(1, 16385)) and where.startswith("copy of sglang 0.5.23 (SGLang not")
     with pytest.raises(ImportError, match="cannot import sglang"):
+        resolve_m_list(8192, source="sglang")
+    monkeypatch.setattr(_mlist, "entry_points", lambda group: [])  # no SGLang plugin installed
+    ms, where = resolve_m_list(8192, source="auto")
+    assert ms == list(range(1, 16385)) and "install sglang-integration" in where
+    with pytest.raises(ImportError, match="no run-time source of SGLang's list"):
         resolve_m_list(8192, source="sglang")
     monkeypatch.setenv("DEEPGEMM_COMPAT_M_LIST", "upstream")
     with pytest.raises(ValueError, match=r"'upstream' is not one of auto, sglang, copy"):

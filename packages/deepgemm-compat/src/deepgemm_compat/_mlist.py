@@ -2,10 +2,12 @@
 
 SGLang builds one M list per process (``update_deep_gemm_config`` in
 ``sglang/srt/layers/deep_gemm_wrapper/compile_utils.py``) and JIT-warms every DeepGEMM kernel for
-it. :func:`sglang_m_list` runs that very function at run time; the copy below
-(:func:`copy_m_list`) is only the fallback for machines without SGLang (``deepgemm-compat plan``
-on a laptop). A differential test in ``sglang-integration`` holds the copy equal to the real
-function of :data:`HELD_EQUAL_TO` for a table of chunk sizes and for random ones.
+it. :func:`sglang_m_list` runs that very function at run time, through the source the cpkv SGLang
+plugin (``sglang-integration``) registers under the entry-point group :data:`SOURCE_GROUP`: this
+package never imports ``sglang`` itself. The copy below (:func:`copy_m_list`) is only the
+fallback where no source is installed (``deepgemm-compat plan`` on a laptop). A differential test
+in ``sglang-integration`` holds the copy equal to the real function of :data:`HELD_EQUAL_TO` for a
+table of chunk sizes and for random ones.
 
 The rule, as SGLang 0.5.23 has it:
 
@@ -21,9 +23,8 @@ The rule, as SGLang 0.5.23 has it:
 from __future__ import annotations
 
 import os
-import types
 from collections.abc import Callable
-from typing import Any
+from importlib.metadata import entry_points
 
 #: The SGLang release :func:`copy_m_list` is held equal to (by the differential test).
 HELD_EQUAL_TO = "sglang 0.5.23"
@@ -32,6 +33,9 @@ UPSTREAM = "sglang.srt.layers.deep_gemm_wrapper.compile_utils.update_deep_gemm_c
 #: Environment variable choosing the source; values as for ``source`` of :func:`sglang_m_list`.
 SOURCE_ENV = "DEEPGEMM_COMPAT_M_LIST"
 SOURCES = ("auto", "sglang", "copy")
+#: Entry-point group of run-time M-list sources; the SGLang plugin registers ``sglang`` there as
+#: ``f(chunked_prefill_size, fast) -> list[int]``.
+SOURCE_GROUP = "deepgemm_compat.m_list_sources"
 
 
 def _check_chunked(chunked_prefill_size: object) -> int:
@@ -66,43 +70,33 @@ def copy_m_list(chunked_prefill_size: int, fast: bool = False) -> list[int]:
     return list(range(1, m_max + 1))
 
 
-def _refuse(name: str) -> Callable[[], Any]:
-    def lookup() -> Any:
-        raise RuntimeError(
-            f"{UPSTREAM} now calls {name}(); deepgemm_compat supplies only get_schedule and "
-            f"get_device. Teach deepgemm_compat._mlist the new input, or set {SOURCE_ENV}=copy"
+def _upstream_source() -> Callable[[int, bool], list[int]]:
+    """The ``sglang`` entry point of :data:`SOURCE_GROUP`, loaded (which imports SGLang)."""
+    found = [ep for ep in entry_points(group=SOURCE_GROUP) if ep.name == "sglang"]
+    if not found:
+        raise ImportError(
+            f"no run-time source of SGLang's list: install sglang-integration (the cpkv SGLang "
+            f"plugin, entry point {SOURCE_GROUP}:sglang) beside SGLang"
         )
-
-    return lookup
+    try:
+        return found[0].load()
+    except Exception as exc:  # an installed but broken sglang counts as absent
+        raise ImportError(f"cannot load {found[0].value}: {exc!r}") from exc
 
 
 def upstream_m_list(chunked_prefill_size: int, fast: bool = False) -> list[int]:
     """SGLang's own M list for ``chunked_prefill_size`` and mode, computed by SGLang's code.
 
-    Runs the bytecode of ``update_deep_gemm_config`` against a private copy of its module's
-    globals in which only these inputs differ: ``get_schedule()`` (its
-    ``chunked_prefill_size``), ``get_device()`` (``base_gpu_id``, only used to pick the first
-    rank on a node), ``get_parallel()`` (refused: 0.5.23 does not read it) and
-    ``_FAST_WARMUP`` (the fast-mode switch SGLang reads from the environment at import). The
-    function's ``global`` writes land in that copy, so SGLang's module is left untouched.
-
     Raises:
-        ImportError: SGLang is not installed (or its import fails).
-        RuntimeError: the function reads a runtime input this module does not supply.
+        ImportError: no source is installed, or SGLang's import fails.
+        RuntimeError: SGLang's function reads a runtime input the source does not supply.
     """
     chunked = _check_chunked(chunked_prefill_size)
+    source = _upstream_source()
     try:
-        from sglang.srt.layers.deep_gemm_wrapper import compile_utils
-    except Exception as exc:  # an installed but broken sglang counts as absent
-        raise ImportError(f"cannot import {UPSTREAM.rsplit('.', 1)[0]}: {exc!r}") from exc
-    fn = compile_utils.update_deep_gemm_config
-    env = dict(vars(compile_utils))
-    env["get_schedule"] = lambda: types.SimpleNamespace(chunked_prefill_size=chunked)
-    env["get_device"] = lambda: types.SimpleNamespace(base_gpu_id=0)
-    env["get_parallel"] = _refuse("get_parallel")
-    env["_FAST_WARMUP"] = bool(fast)
-    types.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)(0)
-    return list(env["_BUILTIN_M_LIST"])
+        return list(source(chunked, bool(fast)))
+    except ImportError as exc:  # an installed but broken sglang counts as absent
+        raise ImportError(f"cannot import sglang: {exc!r}") from exc
 
 
 def _installed_sglang() -> str:
