@@ -46,6 +46,8 @@ def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> i
     """
     from sglang_cpkv._dry_run import local_capability, resolve
     from sglang_cpkv._report import build_report, render_text
+    from sglang_cpkv._report_plugin import resolved_notes
+    from sglang_cpkv._sglang_argv import read_sglang_args
 
     capability = GPUS[gpu] if gpu else None
     if capability is None and local_capability() is None:
@@ -65,6 +67,7 @@ def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> i
         )
         return 2
     report = build_report(server_args, capability)
+    report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
     else:
