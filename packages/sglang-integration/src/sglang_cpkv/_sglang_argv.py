@@ -6,7 +6,8 @@ options: exact option strings and aliases, ``--opt=value``, the last occurrence 
 for integers, and abbreviations (SGLang's parser allows them: ``--tp 8`` is ``--tp-size 8``).
 An abbreviation is ours only from the shortest prefix that SGLang resolves to that option alone;
 ``tests/test_upstream_sglang_argv.py`` holds every prefix of every string below equal to what
-SGLang's own parser makes of it. Everything else in argv is left to SGLang.
+SGLang's own parser makes of it. Everything else in argv is left to SGLang, and so are the values
+SGLang's ``--config FILE`` merges in from a YAML file (only SGLang checks those).
 """
 
 from __future__ import annotations
