@@ -36,8 +36,15 @@ class Decision:
 
 
 def record(topic: str, message: str, reason: str, *, level: int = logging.INFO) -> Decision:
-    """Append a decision and log it as ``cpkv[topic]: message (reason)``."""
+    """Append a decision and log it as ``cpkv[topic]: message (reason)``, once per process.
+
+    The same decision made again (SGLang parses a model's config twice while it resolves the
+    arguments, and the config hook decides the same each time) is neither appended nor logged:
+    one decision, one line.
+    """
     decision = Decision(topic, message, reason)
+    if decision in _LOG:
+        return decision
     _LOG.append(decision)
     logger.log(level, "cpkv[%s]: %s", topic, decision)
     return decision

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sglang_cpkv._cli_io import OneLineParser
 from sglang_cpkv.hooks.indexcache_overrides import INDEXCACHE_KEYS
 
 OVERRIDE_FLAG = "--json-model-override-args"
@@ -39,7 +40,7 @@ class CpkvArgs:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser for cpkv-serve's own flags (``allow_abbrev=False``: SGLang's flags pass by)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="cpkv-serve",
         usage="cpkv-serve [sglang serve args] [cpkv flags]",
         description="SGLang's server (sglang serve) with the cpkv plugin active. Every "
@@ -93,7 +94,8 @@ def parse_cpkv_args(argv: Sequence[str]) -> CpkvArgs:
     try:
         validate_index_overrides(overrides)
     except ValueError as err:
-        parser.error(str(err))
+        given = " ".join(f"--cpkv-{k.replace('_', '-')} {v}" for k, v in overrides.items())
+        parser.error(f"{given}: {err}")
     return CpkvArgs(ns.dry_run, ns.dry_run_format, ns.gpu, overrides, tuple(rest))
 
 

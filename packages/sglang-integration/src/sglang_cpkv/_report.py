@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from sglang_cpkv import _decisions
+from sglang_cpkv._report_plugin import hooks_section, pd_mode, speculative, warmup_as_sglang_runs_it
 
 _FIELDS = (
     "model_path", "tp_size", "attn_dp_size", "attn_cp_size", "ep_size", "enable_prefill_cp",
@@ -117,7 +118,11 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
     resolved = {f: resolution_result(server_args, f) for f in _FIELDS}
     hf = model_config_of(server_args).hf_config
     dsa = is_deepseek_dsa(hf)
-    kv = {"layout": "not a DSA model (see SGLang's log)", "bytes_per_token": None}
+    kv = {
+        "layout": "not a DSA model, so cpkv's config repair, indexer-sharing and DSA backend hooks "
+        "leave it as SGLang resolves it",
+        "bytes_per_token": None,
+    }
     if dsa:
         kv = kv_row_layout(
             resolved["kv_cache_dtype"], resolved["dsa_prefill_backend"],
@@ -132,6 +137,7 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
             "architecture": hf.architectures[0],
             "num_hidden_layers": hf.num_hidden_layers,
         },
+        "hooks": hooks_section(),
         "resolved": resolved,
         "kv_cache": {"dtype": resolved["kv_cache_dtype"], "page_size": resolved["page_size"], **kv},
     }
@@ -148,6 +154,7 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
         if dsa
         else {"note": "the warmup plan knows the GEMM shapes of DSA models only"}
     )
+    report["warmup"] = warmup_as_sglang_runs_it(report["warmup"], report["hooks"]["on"])
     report["decisions"] = [d.__dict__ for d in _decisions.decisions()]
     return report
 
@@ -167,6 +174,12 @@ def render_text(r: dict[str, Any]) -> str:
     out = [
         f"cpkv-serve --dry-run: {r['model']['architecture']} ({r['model']['num_hidden_layers']} "
         f"layers) from {r['model']['path']} on {sm}, sglang {r['sglang']}",
+        f"  cpkv hooks: {', '.join(r['hooks']['on']) or 'none'}"
+        + (
+            f"; off: {', '.join(r['hooks']['off'])} (CPKV_DISABLE_HOOKS)"
+            if r["hooks"]["off"]
+            else ""
+        ),
         "",
         "Backends",
         f"  attention {res['attention_backend']}; DSA prefill {res['dsa_prefill_backend']}, "
@@ -178,8 +191,9 @@ def render_text(r: dict[str, Any]) -> str:
         "Parallelism",
         f"  tp {res['tp_size']}, attention dp {res['attn_dp_size']}, attention cp "
         f"{res['attn_cp_size']} (prefill CP {cp}), "
-        f"ep {res['ep_size']}, PD mode {res['disaggregation_mode']}, chunked prefill "
-        f"{res['chunked_prefill_size']}, speculative {res['speculative_algorithm']}",
+        f"ep {res['ep_size']}, PD {pd_mode(res['disaggregation_mode'])}, chunked prefill "
+        f"{res['chunked_prefill_size']}, speculative {speculative(res['speculative_algorithm'])}",
+        *(f"  note: {n}" for n in r.get("notes", ())),
     ]
     if "ragged_offsets" in r:
         ro = r["ragged_offsets"]
@@ -203,6 +217,8 @@ def render_text(r: dict[str, Any]) -> str:
             f"the GEMMs DeepGEMM runs (fp8 GEMM runner {res['fp8_gemm_runner_backend']}, MoE "
             f"runner {res['moe_runner_backend']})"
         )
+        if w.get("hook") == "off":
+            out.append("  cpkv's deepgemm-warmup hook is off: SGLang warms its own list")
         rows = w["rank_rows"]
         out.append(
             f"  SGLang's list from {w['m_list_source']}; forwards up to {w['forward_tokens']} "

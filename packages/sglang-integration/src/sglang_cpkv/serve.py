@@ -11,8 +11,13 @@ Example (a laptop, a directory holding only GLM-5.1's config.json)::
     cpkv-serve --model-path ./glm51 --tp 8 --enable-prefill-cp --attn-cp-size 8 \\
         --cp-strategy interleave --cpkv-index-topk-freq 4 --dry-run --gpu sm100
 
-Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments or
-a resolution error (the message names the fix).
+Before SGLang is imported (about 30 s), ``_preflight`` checks the arguments, the model path and
+its config.json, and the machine: a bad input is one line on stderr, naming the input and the
+fix, within a second or two. ``--help`` prints cpkv's flags, then SGLang's.
+
+Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments, a
+bad model or a resolution error (one line that names the fix). A closed stdout (``| head``) ends
+the output quietly.
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ import json
 import sys
 from collections.abc import Sequence
 
+from sglang_cpkv._cli_io import (
+    BadInput,
+    one_line,
+    quiet_on_closed_stdout,
+    refuse,
+    sglang_import_warnings_filtered,
+)
 from sglang_cpkv._flags import GPUS, build_parser, merge_model_overrides, parse_cpkv_args
 from sglang_cpkv._version_guard import check_sglang_version
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
@@ -34,6 +46,8 @@ def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> i
     """
     from sglang_cpkv._dry_run import local_capability, resolve
     from sglang_cpkv._report import build_report, render_text
+    from sglang_cpkv._report_plugin import resolved_notes
+    from sglang_cpkv._sglang_argv import read_sglang_args
 
     capability = GPUS[gpu] if gpu else None
     if capability is None and local_capability() is None:
@@ -47,11 +61,13 @@ def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> i
         server_args = resolve(sglang_argv, capability)
     except Exception as err:  # SGLang's resolution raises ValueError, AssertionError, ...
         print(
-            f"cpkv-serve --dry-run: SGLang refused these arguments: {type(err).__name__}: {err}",
+            "cpkv-serve --dry-run: SGLang refused these arguments: "
+            + one_line(f"{type(err).__name__}: {err}"),
             file=sys.stderr,
         )
         return 2
     report = build_report(server_args, capability)
+    report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -70,25 +86,51 @@ def serve(sglang_argv: Sequence[str]) -> int:
     return 0
 
 
+def print_help() -> int:
+    """cpkv-serve's own flags (no SGLang import), then ``sglang serve --help``."""
+    print(build_parser().format_help())
+    print("--- sglang serve ---", flush=True)  # ours is out before SGLang's slow import
+    from sglang.cli.serve import serve as sglang_serve
+
+    try:
+        sglang_serve(None, ["--help"])
+    except SystemExit as exc:  # argparse's --help exits 0
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cpkv-serve``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    return quiet_on_closed_stdout(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    from sglang_cpkv._machine import check_machine
+    from sglang_cpkv._preflight import preflight
+    from sglang_cpkv._sglang_argv import positional_model_path
+
     if "-h" in argv or "--help" in argv:
-        # cpkv's own flags first; `sglang serve --help` (below, from SGLang) lists the rest
-        print(build_parser().format_help())
-        print("--- sglang serve ---", flush=True)
+        with sglang_import_warnings_filtered():
+            return print_help()
     args = parse_cpkv_args(argv)
     try:
         check_sglang_version()
-        sglang_argv = merge_model_overrides(args.sglang_argv, args.index_overrides)
     except CpkvSGLangError as err:
         raise PluginRefused(str(err)) from err
-    except ValueError as err:
-        print(f"cpkv-serve: {err}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        return dry_run(sglang_argv, args.gpu, args.dry_run_format)
-    return serve(sglang_argv)
+    known = [s for a in build_parser()._actions for s in a.option_strings]
+    try:
+        checked = preflight(args.index_overrides, args.sglang_argv, known)
+        check_machine(checked.args, args.dry_run, args.gpu)
+        sglang_argv = merge_model_overrides(
+            positional_model_path(args.sglang_argv), args.index_overrides
+        )
+    except (BadInput, ValueError) as err:
+        return refuse(err)
+    with sglang_import_warnings_filtered():
+        if args.dry_run:
+            return dry_run(sglang_argv, args.gpu, args.dry_run_format)
+        return serve(sglang_argv)
 
 
 if __name__ == "__main__":
