@@ -18,6 +18,7 @@ PUBLIC = {
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    "gather_pages",
     # Context parallelism
     "CPSplit",
     "cp_split",

@@ -18,7 +18,14 @@ from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
 from ._invariants import check_invariants
 from ._layout import Layout, current_tokens, plan_layout
-from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
+from ._ops import (
+    current_page_mask,
+    fill_current,
+    gather_pages,
+    materialize,
+    remap_locs,
+    remap_positions,
+)
 from .errors import BackendWarning, BuildError, CpkvError, InvariantError, LayoutError
 
 __version__ = "0.1.0"
@@ -35,6 +42,7 @@ __all__ = [  # noqa: RUF022
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    "gather_pages",
     # Context parallelism
     "CPSplit",
     "cp_split",
