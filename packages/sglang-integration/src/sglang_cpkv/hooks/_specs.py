@@ -1,4 +1,8 @@
-"""The hook table: each hook with the signature of its target in sglang 0.5.23."""
+"""The hook table: each hook with the signature of its target in sglang 0.5.23.
+
+``SPECS`` are always registered; ``SHARED_KV_SPECS`` only under ``CPKV_SHARED_KV=1`` (what
+``cpkv-serve --cpkv-shared-kv`` sets), so a plain ``sglang serve`` keeps SGLang's own sharding.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,11 @@ from sglang_cpkv.hooks.dsa_backends import dsa_backend_resolution
 from sglang_cpkv.hooks.indexcache_overrides import (
     get_config_with_indexcache,
     validate_tbo_index_sharing,
+)
+from sglang_cpkv.shared_kv._hooks import (
+    pool_class,
+    prepare_with_request_plan,
+    validate_with_cpkv_gate,
 )
 
 _HF = "sglang.srt.utils.hf_transformers.config"
@@ -64,5 +73,34 @@ SPECS: tuple[HookSpec, ...] = (
         hook=compile_with_cp_plan,
         why="warm DeepGEMM for the per-rank maximum M under CP (deepgemm_compat plan)",
         requires=("deepgemm_compat.warmup:plan_warmup", "deepgemm_compat.warmup:CPSetup"),
+    ),
+)
+
+SHARED_KV_SPECS: tuple[HookSpec, ...] = (
+    HookSpec(
+        name="shared-kv-pool",
+        target="sglang.srt.mem_cache.page_interleave_pool.PageInterleaveDSATokenToKVPool",
+        kind="replace",
+        params=("*args", "shard_spec", "shard_group", "**kwargs"),
+        hook=pool_class,
+        lazy=True,
+        why="the sharded DSA pool's scratch keyed by (request, page): cpkv_runtime layout",
+        requires=("cpkv_runtime:plan_layout", "cpkv_runtime:gather_pages"),
+    ),
+    HookSpec(
+        name="shared-kv-plan",
+        target="sglang.srt.layers.attention.kv_shard_hooks.prepare_kv_shard_forward",
+        kind="around",
+        params=("pool", "req_to_token", "forward_batch"),
+        hook=prepare_with_request_plan,
+        why="plan the per-request scratch once per forward, from the whole batch",
+    ),
+    HookSpec(
+        name="shared-kv-gate",
+        target="sglang.srt.arg_groups.kv_shard_hook.validate_kv_shard_attention_backend",
+        kind="around",
+        params=("server_args", "cfg="),
+        hook=validate_with_cpkv_gate,
+        why="admit the FlashMLA and Triton DSA backends on SM90/SM100, refuse the rest by name",
     ),
 )

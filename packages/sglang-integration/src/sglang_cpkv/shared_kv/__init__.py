@@ -1,39 +1,51 @@
 """Shared KV inside SGLang: KV-cache sharding over the prefill-CP ranks with a per-request scratch.
 
 ``cpkv-serve --cpkv-shared-kv`` turns on SGLang's ``--enable-kv-cache-sharding`` with
-:class:`CpkvSharedKVPool` (``shared_kv._pool``, imported only when the plugin installs it: it
-imports SGLang), whose per-forward scratch plan is a ``cpkv_runtime`` layout. The design note is
+``CpkvSharedKVPool`` (``shared_kv._pool``, imported only when the plugin installs it: it imports
+SGLang), whose per-forward scratch plan is a ``cpkv_runtime`` layout. The design note is
 ``docs/shared-kv.md`` in this package.
 
-Importing this package does not import sglang.
+Importing this package imports neither sglang nor torch: the names below load on first use
+(the plugin's hook table imports the gate at SGLang start-up, before torch is needed).
 """
 
-from sglang_cpkv.shared_kv._forward import ForwardScratch, TranslationError, plan_forward
-from sglang_cpkv.shared_kv._plan import (
-    ScratchCapacityError,
-    ScratchGeometry,
-    ScratchPlacement,
-    current_locs,
-    interleave_kept_rows,
-    owned_local_rows,
-    place_slots,
-    request_pages,
-    to_scratch,
-)
+from __future__ import annotations
 
-__all__ = [  # noqa: RUF022 (grouped by topic, house style)
+import importlib
+from typing import Any
+
+_HOME = {
     # Plan
-    "ScratchGeometry",
-    "ScratchPlacement",
-    "ForwardScratch",
-    "place_slots",
-    "plan_forward",
-    "request_pages",
-    "current_locs",
-    "to_scratch",
-    "owned_local_rows",
-    "interleave_kept_rows",
+    "ScratchGeometry": "_plan",
+    "ScratchPlacement": "_plan",
+    "ForwardScratch": "_forward",
+    "place_slots": "_plan",
+    "plan_forward": "_forward",
+    "request_pages": "_plan",
+    "current_locs": "_plan",
+    "to_scratch": "_plan",
+    "owned_local_rows": "_plan",
+    "interleave_kept_rows": "_plan",
+    # Gate
+    "GateInput": "_gate",
+    "Verdict": "_gate",
+    "backend_verdict": "_gate",
+    "gate_refusals": "_gate",
+    # Capacity
+    "ScratchSpec": "_capacity",
+    "capacity_report": "_capacity",
     # Errors
-    "ScratchCapacityError",
-    "TranslationError",
-]
+    "ScratchCapacityError": "_plan",
+    "TranslationError": "_forward",
+}
+
+__all__ = list(_HOME)  # grouped by topic in _HOME (house style)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
