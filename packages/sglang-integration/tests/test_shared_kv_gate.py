@@ -57,8 +57,8 @@ OTHER = {
              "--kv-cache-dtype", "fp8_e4m3"], "sm90", "two-batch-overlap"),
     "zigzag": (["--cp-strategy", "zigzag", "--dsa-prefill-backend", "flashmla_kv",
                 "--kv-cache-dtype", "fp8_e4m3"], "sm90", "cp-strategy"),
-    "decode_node": (["--disaggregation-mode", "decode", "--dsa-prefill-backend", "flashmla_kv",
-                     "--kv-cache-dtype", "fp8_e4m3"], "sm90", "PD prefill workers"),
+    "no_pd": (["--disaggregation-mode", "null", "--dsa-prefill-backend", "flashmla_kv",
+               "--kv-cache-dtype", "fp8_e4m3"], "sm90", "PD prefill workers"),
 }  # fmt: skip
 
 
