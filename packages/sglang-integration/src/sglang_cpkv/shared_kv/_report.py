@@ -80,7 +80,13 @@ def shared_kv_section(server_args: Any, capability: tuple[int, int] | None, args
         "backends": {
             "prefill": get("dsa_prefill_backend"),
             "decode": get("dsa_decode_backend"),
-            "why": [d.__dict__ for d in _decisions.decisions("shared-kv")],
+            # the gate runs twice per resolution (SGLang re-checks sharding at the end)
+            "why": [
+                dict(t)
+                for t in dict.fromkeys(
+                    tuple(d.__dict__.items()) for d in _decisions.decisions("shared-kv")
+                )
+            ],
         },
         "memory": {
             "gpu_gib": gpu_gib,
