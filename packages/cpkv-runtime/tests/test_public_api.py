@@ -32,6 +32,7 @@ PUBLIC = {
     "PRIORITY",
     "available_backends",
     "register_backend",
+    "resolve_backend",
     # Errors
     "CpkvError",
     "LayoutError",

@@ -16,6 +16,7 @@ Environment variables:
 from ._backend import OP_NAMES, PRIORITY, Backend
 from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
+from ._dispatch import resolve as resolve_backend
 from ._invariants import check_invariants
 from ._layout import Layout, current_tokens, plan_layout
 from ._ops import (
@@ -56,6 +57,7 @@ __all__ = [  # noqa: RUF022
     "PRIORITY",
     "available_backends",
     "register_backend",
+    "resolve_backend",
     # Errors
     "CpkvError",
     "LayoutError",

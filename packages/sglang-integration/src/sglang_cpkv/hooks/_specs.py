@@ -85,7 +85,7 @@ SHARED_KV_SPECS: tuple[HookSpec, ...] = (
         hook=pool_class,
         lazy=True,
         why="the sharded DSA pool's scratch keyed by (request, page): cpkv_runtime layout",
-        requires=("cpkv_runtime:plan_layout", "cpkv_runtime:gather_pages"),
+        requires=("cpkv_runtime:plan_layout", "cpkv_runtime:resolve_backend"),
     ),
     HookSpec(
         name="shared-kv-plan",

@@ -17,8 +17,9 @@ upstream method               here
 ``_translate_loc_cached``     the plan's precomputed rows
 ``_get_write_plan``           fixed-shape owner rows (non-owned rows land on local page 0):
                               no ``nonzero`` host sync
-``_prefetch_layer``           packs owned pages with ``cpkv_runtime.gather_pages`` (cpkv kernels)
-                              into the exact-size all-gather block
+``_prefetch_layer``           packs owned pages with the ``cpkv_runtime`` page copy (the
+                              ``gather_pages`` kernels, resolved once per forward) into the
+                              exact-size all-gather block
 ``set_mla_kv_buffer``         stages each token at its request's private slot, persists owned
                               rows; both with SGLang's own fused quantise-and-store kernel
 index key cache               ``_scratch_pages`` and ``write_targets`` per request, likewise
@@ -162,6 +163,10 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
             self.cpkv_num_pages,
             kept_rows=kept_rows,
         )
+        # The page copy's kernel, resolved once per forward (CUDA > Triton > torch, CPKV_BACKEND):
+        # the per-layer packs call it directly on the plan's checked, page-contiguous tensors.
+        device = self.cpkv_forward.out_cache_loc.device
+        self._cpkv_pack = cr.resolve_backend("materialize", device).ops["materialize"]
         block = self.cpkv_forward.placement.block
         self._epoch += 1
         self._block_pages = block
@@ -226,9 +231,8 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
             for pool_buf, name in self._gather_pairs(local_layer):
                 scratch = self._page_view(slot.tensors[name], name)
                 send = scratch[rank * block : (rank + 1) * block]
-                cr.gather_pages(
-                    self._page_view(pool_buf, name), placement.send_pages, out=send, validate=False
-                )
+                # cpkv_runtime.gather_pages without its per-call checks (the plan's tensors)
+                self._cpkv_pack(self._page_view(pool_buf, name), placement.send_pages, send)
                 with self.kv_gather_comm.change_state(enable=True):
                     self.kv_gather_comm.all_gather(scratch[: self.shard_size * block], send)
             slot.ready.record(self.kv_gather_stream)
