@@ -40,3 +40,17 @@ def test_shared_kv_hooks_only_when_enabled():
     assert on == [*(s.name for s in SPECS), *names]
     off = enabled_specs(env={SHARED_KV_ENV: "1", "CPKV_DISABLE_HOOKS": "shared-kv-gate"})
     assert "shared-kv-gate" not in [s.name for s in off]
+
+
+def test_shared_kv_public_names_import_lazily():
+    """Every name of ``sglang_cpkv.shared_kv`` loads (documented), without importing sglang."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sglang_cpkv.shared_kv as s\n"
+        "for n in s.__all__:\n"
+        "    assert getattr(s, n).__doc__, n\n"
+        "assert 'sglang' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
