@@ -170,3 +170,21 @@ def _batches(draw):
 def test_random_batches_read_full_replica_rows(batch):
     plans, scratches, r2t = simulate(batch)
     _check_reads(batch, plans, scratches, r2t)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("prefix_lengths", True), ("cache_miss_mixed", True), ("radix_hits_page_aligned", False),
+     ("fresh_1_1_300", False), ("chunked_continuation_hit", False)],
+)  # fmt: skip
+def test_stores_wait_for_the_gather_only_when_a_slot_is_both(name, expected):
+    """A prefix ending mid-page puts its request's private page in the gather region: the
+    layer's stores must then wait for the layer's gather (the pool orders them on the stream)."""
+    batch = place(name, SHAPES[name], 2)
+    plans, _, _ = simulate(batch)
+    assert plans[0].stage_after_gather is expected
+    placement = plans[0].placement
+    written_gathered = (placement.layout.slot_owner >= 0) & (
+        placement.slot_scratch[:-1] < 2 * placement.block
+    )
+    assert bool(written_gathered.any()) is expected

@@ -48,6 +48,9 @@ class ForwardScratch:
         cur_rows: (T,) int64 scratch row of each current token (its request's private slot).
         local_rows: (T,) int64 local pool row each token persists to (page 0 when not owned).
         row_req: number of rows -> (R,) int64 request of each row of a 2-D table.
+        stage_after_gather: some page holds history *and* current rows of one request (a prefix
+            that ends mid-page), so its private slot is both gathered and staged: the stores of
+            a layer must wait for that layer's gather (otherwise they are disjoint from it).
     """
 
     placement: ScratchPlacement
@@ -56,6 +59,7 @@ class ForwardScratch:
     cur_rows: torch.Tensor
     local_rows: torch.Tensor
     row_req: dict[int, torch.Tensor]
+    stage_after_gather: bool = False
     _cache: dict[tuple, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -207,4 +211,5 @@ def plan_forward(
         cur_rows=to_scratch(dense, placement.slot_scratch, p),
         local_rows=owned_local_rows(out_cache_loc, p, geo.shard_size, geo.shard_rank),
         row_req=row_req,
+        stage_after_gather=any(q % p and e for q, e in zip(prefix, extend, strict=True)),
     )

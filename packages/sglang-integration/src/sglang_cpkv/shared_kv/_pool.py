@@ -79,6 +79,7 @@ class CpkvIndexKeyCache(_pip._PageInterleaveIndexKeyCache):
             raise RuntimeError(f"layer {layer_id} shares its top-k: it writes no indexer keys")
         targets: list[tuple[Any, ...]] = []
         if pool._shard_extend_active:
+            pool.cpkv_stage_after_gather(layer_id)
             slot = pool._slots[layer_id % 2].tensors["index_k"]
             targets.append((slot, pool.cpkv_forward.write_rows(loc), None))
         targets.append((local, pool.cpkv_persist_rows(loc), None))
@@ -240,6 +241,22 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
 
     # ---- writes -----------------------------------------------------------------------------
 
+    def cpkv_stage_after_gather(self, layer_id: int) -> None:
+        """Order this layer's scratch stores after its gather when they can share a slot.
+
+        SGLang stages the current tokens before the layer's first read, while the layer's
+        gather (kicked one layer ahead, on the side stream) may still run. Its regions never
+        overlap there; here a page that ends a prefix mid-page is gathered (its history rows)
+        *and* staged (its current rows), so the compute stream waits for the gather first.
+        Page-aligned batches (all SGLang builds) skip the wait.
+        """
+        plan = self.cpkv_forward
+        if plan is None or not plan.stage_after_gather or not self._block_pages:
+            return
+        slot = self._slots[layer_id % 2]
+        if slot.resident_key == (layer_id, self._epoch):
+            self.device_module.current_stream().wait_event(slot.ready)
+
     def set_mla_kv_buffer(
         self,
         layer: Any,
@@ -251,6 +268,7 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
         loc, _, _ = unwrap_write_loc(loc_info)
         layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
         if self._shard_extend_active:
+            self.cpkv_stage_after_gather(layer_id)
             scratch = self._slots[layer_id % 2].tensors["kv"]
             rows = self._plan().write_rows(loc)
             self._write_mla_kv_buffer(scratch, rows, cache_k_nope, cache_k_rope)
