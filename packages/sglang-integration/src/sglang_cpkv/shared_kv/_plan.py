@@ -182,7 +182,8 @@ def place_slots(
     span = (int(layout.num_pages) // n + 1) * max(num_slots, 1)
     key = torch.where(gathered, (owner * span) + local * num_slots + ids, n * span + ids)
     order = torch.argsort(key)
-    counts = torch.bincount(owner[gathered], minlength=n)
+    # (bincount and boolean indexing would each sync: they size their output on the host)
+    counts = torch.zeros(n, dtype=torch.long, device=device).index_add_(0, owner, gathered.long())
     owned = tuple(int(c) for c in counts.tolist())  # the plan's one host sync
     block = max(owned, default=0)
     num_gathered = sum(owned)
