@@ -18,6 +18,7 @@ PUBLIC = {
     "remap_locs",
     "remap_positions",
     "current_page_mask",
+    "gather_pages",
     # Per-forward planning and the per-layer sequence
     "plan_layout_static",
     "prepare_layer_step",
@@ -35,6 +36,7 @@ PUBLIC = {
     "PRIORITY",
     "available_backends",
     "register_backend",
+    "resolve_backend",
     # Errors
     "CpkvError",
     "LayoutError",

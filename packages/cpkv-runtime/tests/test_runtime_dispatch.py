@@ -164,3 +164,17 @@ def test_register_backend_process_wide(monkeypatch):
     monkeypatch.setattr(_dispatch, "_REGISTRY", _dispatch.Registry([]))
     cr.register_backend(tb.counting("triton"))
     assert set(cr.available_backends()) == {"torch", "triton"}
+
+
+def test_resolve_backend_is_what_a_call_dispatches_to(monkeypatch):
+    monkeypatch.setattr(_dispatch, "_REGISTRY", _dispatch.Registry([]))
+    cr.register_backend(tb.counting("triton"))
+    assert cr.resolve_backend("materialize", CPU).name == "triton"
+    monkeypatch.setenv("CPKV_BACKEND", "torch")
+    assert cr.resolve_backend("materialize", CPU).name == "torch"
+    assert cr.resolve_backend("materialize", CPU, backend="triton").name == "triton"
+    op = cr.resolve_backend("materialize", CPU, backend="triton").ops["materialize"]
+    pool = torch.arange(24).view(4, 2, 3)
+    out = torch.empty(2, 2, 3, dtype=pool.dtype)
+    op(pool, torch.tensor([3, 1]), out)
+    assert torch.equal(out, pool[[3, 1]]) and tb.CALLS[("triton", "materialize")] >= 1

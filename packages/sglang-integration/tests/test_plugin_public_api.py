@@ -20,6 +20,7 @@ def test_all_is_the_public_surface():
             "DsaBackendError",
             "HookDriftError",
             "PluginRefused",
+            "SharedKVError",
             "UnsupportedSGLangError",
         ]
     )
@@ -43,4 +44,5 @@ def test_errors_tree():
     assert issubclass(errors.UnsupportedSGLangError, (errors.CpkvSGLangError, RuntimeError))
     assert issubclass(errors.HookDriftError, (errors.CpkvSGLangError, RuntimeError))
     assert issubclass(errors.DsaBackendError, (errors.CpkvSGLangError, ValueError))
+    assert issubclass(errors.SharedKVError, (errors.CpkvSGLangError, ValueError))
     assert str(errors.PluginRefused("x")) == "sglang-cpkv plugin refused to load: x"

@@ -18,11 +18,19 @@ Environment variables:
 from ._backend import OP_NAMES, PRIORITY, Backend
 from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
+from ._dispatch import resolve as resolve_backend
 from ._invariants import check_invariants
 from ._layer_step import LayerStep, prepare_layer_step
 from ._layout import Layout, current_tokens, plan_layout
 from ._layout_static import plan_layout_static
-from ._ops import current_page_mask, fill_current, materialize, remap_locs, remap_positions
+from ._ops import (
+    current_page_mask,
+    fill_current,
+    gather_pages,
+    materialize,
+    remap_locs,
+    remap_positions,
+)
 from .errors import BackendWarning, BuildError, CpkvError, InvariantError, LayoutError
 
 __version__ = "0.1.0"
@@ -43,6 +51,7 @@ __all__ = [  # noqa: RUF022
     "plan_layout_static",
     "prepare_layer_step",
     "LayerStep",
+    "gather_pages",
     # Context parallelism
     "CPSplit",
     "cp_split",
@@ -56,6 +65,7 @@ __all__ = [  # noqa: RUF022
     "PRIORITY",
     "available_backends",
     "register_backend",
+    "resolve_backend",
     # Errors
     "CpkvError",
     "LayoutError",

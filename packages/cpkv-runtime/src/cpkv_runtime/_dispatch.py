@@ -172,7 +172,12 @@ def available_backends() -> dict[str, Backend]:
 
 
 def resolve(op: str, device: torch.device, backend: str | None = None) -> Backend:
-    """The backend the process-wide registry picks for ``op`` on ``device``."""
+    """The backend the process-wide registry picks for ``op`` on ``device`` (``backend=``, else
+    ``CPKV_BACKEND``, else ``cuda > triton > torch``), as every op call would.
+
+    For a caller that launches one op many times on inputs it validated once (a per-layer loop):
+    resolve once, then call ``backend.ops[op]`` with the signature documented in ``_backend``.
+    """
     return _REGISTRY.resolve(op, device, backend)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ._bytes import byte_rows, row_contiguous
-from ._checks import as_index, check_row_shape, first_true, same_device
+from ._checks import as_index, check_row_shape, first_true, raise_first, same_device
 from ._dispatch import dispatch, resolve
 from ._invariants import check_invariants, debug_enabled
 from ._layout import Layout
@@ -20,7 +20,14 @@ from ._torch_ops import materialize_padded
 from ._torch_ops import remap_locs as remap_locs_torch
 from .errors import InvariantError, LayoutError
 
-__all__ = ["current_page_mask", "fill_current", "materialize", "remap_locs", "remap_positions"]
+__all__ = [
+    "current_page_mask",
+    "fill_current",
+    "gather_pages",
+    "materialize",
+    "remap_locs",
+    "remap_positions",
+]
 
 
 def _check_dense(dense: torch.Tensor, layout: Layout, name: str = "dense") -> None:
@@ -76,6 +83,56 @@ def materialize(
     if debug_enabled():
         check_invariants(layout, kv_pool=kv_pool, dense=dense)
     return dense
+
+
+def gather_pages(
+    kv_pool: torch.Tensor,
+    pages: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    backend: str | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Copy whole pool pages by index: ``out[i] = kv_pool[pages[i]]``.
+
+    The page copy of :func:`materialize` without a layout, on the same kernels: for a caller
+    that owns its slot order, e.g. a context-parallel rank packing the pages it owns into its
+    all-gather block in the order every rank agreed on.
+
+    Args:
+        kv_pool: (num_pages, *page) any dtype (pages are opaque bytes), read-only.
+        pages: (N,) int32/int64 source page of each output page.
+        out: optional (N, *page) of kv_pool's dtype, written.
+        backend: force a backend for this call (pools whose pages are not each one contiguous
+            block always run on torch).
+        validate: check that every page is in ``[0, num_pages)`` (one host sync).
+
+    Returns:
+        ``out``, or a new (N, *page) tensor.
+    """
+    pages = as_index(pages, "pages", 1)
+    if kv_pool.dim() < 2:
+        raise LayoutError(
+            f"kv_pool must be (num_pages, *page) with at least 2 dims, got {tuple(kv_pool.shape)}"
+            f"; fix: view a flat pool as pages, e.g. buf.view(num_pages, -1)"
+        )
+    device = same_device(kv_pool=kv_pool, pages=pages, out=out)
+    want = (pages.shape[0], *kv_pool.shape[1:])
+    if out is not None and (tuple(out.shape) != want or out.dtype != kv_pool.dtype):
+        raise LayoutError(
+            f"out must be {kv_pool.dtype} {want}, got {out.dtype} {tuple(out.shape)}; fix: "
+            f"allocate one page per entry of pages"
+        )
+    if validate:
+        raise_first(
+            (pages < 0) | (pages >= kv_pool.shape[0]),
+            lambda i: (
+                f"pages[{i[0]}] = {int(pages[i])} is outside the pool [0, {kv_pool.shape[0]})"
+            ),
+        )
+    if not (row_contiguous(kv_pool, 1) and (out is None or row_contiguous(out, 1))):
+        backend = "torch"  # kernels take page-contiguous tensors only (see _backend.py)
+    return dispatch("materialize", device, backend)(kv_pool, pages, out)
 
 
 def fill_current(

@@ -13,6 +13,7 @@ from sglang_cpkv.errors import (
     DsaBackendError,
     HookDriftError,
     PluginRefused,
+    SharedKVError,
     UnsupportedSGLangError,
 )
 from sglang_cpkv.plugin import activate, load, registered_hooks
@@ -31,5 +32,6 @@ __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     "DsaBackendError",
     "HookDriftError",
     "PluginRefused",
+    "SharedKVError",
     "UnsupportedSGLangError",
 ]

@@ -2,7 +2,9 @@
 
 The IndexCache flags become ``--json-model-override-args`` keys: they then travel inside the
 server arguments to every scheduler process, where the plugin's ``get_config`` hook turns them
-into the per-layer schedule. Everything else on the command line is SGLang's.
+into the per-layer schedule. ``--cpkv-shared-kv`` becomes SGLang's ``--enable-kv-cache-sharding``
+plus ``CPKV_SHARED_KV=1`` in the environment SGLang's processes inherit (the plugin then installs
+the shared-KV pool). Everything else on the command line is SGLang's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class CpkvArgs:
         gpu: ``"sm90"``/``"sm100"`` to resolve for (dry-run only); None = the local GPU.
         index_overrides: IndexCache model overrides, e.g. ``{"index_topk_freq": 4}``.
         sglang_argv: the remaining arguments, for SGLang.
+        shared_kv: ``--cpkv-shared-kv`` (KV sharding with cpkv's per-request scratch).
+        scratch_batch: dry-run batch shape ``(requests, prefix, extend)`` for the scratch numbers.
+        gpu_mem_gib: dry-run GPU memory per rank (None: by ``--gpu``).
     """
 
     dry_run: bool = False
@@ -36,6 +41,25 @@ class CpkvArgs:
     gpu: str | None = None
     index_overrides: dict[str, object] = field(default_factory=dict)
     sglang_argv: tuple[str, ...] = ()
+    shared_kv: bool = False
+    scratch_batch: tuple[int, int, int] = (8, 65536, 2048)
+    gpu_mem_gib: float | None = None
+
+
+def parse_batch_shape(text: str) -> tuple[int, int, int]:
+    """``"8x65536+2048"`` -> ``(8, 65536, 2048)``: requests x shared prefix + new tokens each."""
+    try:
+        count, _, rest = text.partition("x")
+        prefix, _, extend = rest.partition("+")
+        shape = (int(count), int(prefix), int(extend))
+    except ValueError:
+        shape = (0, -1, 0)
+    if shape[0] < 1 or shape[1] < 0 or shape[2] < 1:
+        raise argparse.ArgumentTypeError(
+            f"batch shape {text!r}: write REQUESTSxPREFIX+EXTEND, e.g. 8x65536+2048 (8 "
+            f"requests sharing a 65,536-token prefix, 2,048 new tokens each)"
+        )
+    return shape
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +91,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FS...",
         help="one letter per layer, F full / S shared; wins over F and O",
     )
+    k = p.add_argument_group("shared KV (prefill CP over a sharded KV pool)")
+    k.add_argument(
+        "--cpkv-shared-kv",
+        action="store_true",
+        help="shard the KV pool over the prefill-CP ranks (SGLang's --enable-kv-cache-sharding) "
+        "with cpkv's per-request scratch; PD prefill node, Mooncake, FlashMLA/Triton/trtllm DSA "
+        "backends (the dry run says which combinations run and why)",
+    )
+    k.add_argument(
+        "--cpkv-scratch-batch",
+        type=parse_batch_shape,
+        default=(8, 65536, 2048),
+        metavar="BxPREFIX+EXTEND",
+        help="dry run: batch whose scratch to size, B requests sharing PREFIX tokens plus "
+        "EXTEND new ones each (default 8x65536+2048)",
+    )
+    k.add_argument(
+        "--cpkv-gpu-mem-gib",
+        type=float,
+        metavar="GIB",
+        help="dry run: memory per GPU for the capacity numbers (default: the local GPU; "
+        "141 for --gpu sm90 (H200), 180 for --gpu sm100 (B200))",
+    )
     d = p.add_argument_group("dry run (no GPU, no weights: a directory with config.json is enough)")
     d.add_argument(
         "--dry-run",
@@ -96,7 +143,25 @@ def parse_cpkv_args(argv: Sequence[str]) -> CpkvArgs:
     except ValueError as err:
         given = " ".join(f"--cpkv-{k.replace('_', '-')} {v}" for k, v in overrides.items())
         parser.error(f"{given}: {err}")
-    return CpkvArgs(ns.dry_run, ns.dry_run_format, ns.gpu, overrides, tuple(rest))
+    return CpkvArgs(
+        ns.dry_run,
+        ns.dry_run_format,
+        ns.gpu,
+        overrides,
+        tuple(rest),
+        shared_kv=ns.cpkv_shared_kv,
+        scratch_batch=ns.cpkv_scratch_batch,
+        gpu_mem_gib=ns.cpkv_gpu_mem_gib,
+    )
+
+
+SHARDING_FLAG = "--enable-kv-cache-sharding"
+
+
+def with_sharding(sglang_argv: Sequence[str]) -> list[str]:
+    """``sglang_argv`` with SGLang's ``--enable-kv-cache-sharding`` (added once)."""
+    argv = list(sglang_argv)
+    return argv if SHARDING_FLAG in argv else [*argv, SHARDING_FLAG]
 
 
 def validate_index_overrides(overrides: dict[str, object]) -> None:

@@ -4,7 +4,8 @@
 CpkvSGLangError
  ├── UnsupportedSGLangError(RuntimeError)  the installed sglang is outside the tested range
  ├── HookDriftError(RuntimeError)          a hook target's signature no longer matches
- └── DsaBackendError(ValueError)           DSA prefill/decode backends cannot share the KV pool
+ ├── DsaBackendError(ValueError)           DSA prefill/decode backends cannot share the KV pool
+ └── SharedKVError(ValueError)             --cpkv-shared-kv cannot serve this deployment
 PluginRefused(SystemExit)                  what the entry point raises for any of the above
 ```
 
@@ -12,7 +13,8 @@ PluginRefused(SystemExit)                  what the entry point raises for any o
 then serves without it. A plugin that refuses must stop the process instead, so the entry point
 turns a :class:`CpkvSGLangError` into :class:`PluginRefused`, a ``SystemExit`` that carries the
 message to stderr. Resolution errors (:class:`DsaBackendError`) are raised inside SGLang's
-argument resolution, which does not swallow them, and stay ``ValueError`` like SGLang's own.
+argument resolution, which does not swallow them, and stay ``ValueError`` like SGLang's own; so does
+:class:`SharedKVError`, raised by the shared-KV gate during resolution.
 """
 
 from __future__ import annotations
@@ -40,3 +42,7 @@ class PluginRefused(SystemExit):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"sglang-cpkv plugin refused to load: {message}")
+
+
+class SharedKVError(CpkvSGLangError, ValueError):
+    """``--cpkv-shared-kv`` cannot serve this deployment (the message lists every reason)."""

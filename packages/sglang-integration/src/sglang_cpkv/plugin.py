@@ -11,6 +11,8 @@ Env vars:
     ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
     ``CPKV_DISABLE_HOOKS``: comma-separated hook names to skip, e.g. ``deepgemm-warmup``
         (default: none; names in ``sglang_cpkv.hooks.SPECS``).
+    ``CPKV_SHARED_KV``: ``1`` also registers the shared-KV hooks (``SHARED_KV_SPECS``); set by
+        ``cpkv-serve --cpkv-shared-kv`` and inherited by SGLang's processes (default unset).
     ``SGLANG_PLUGINS`` (SGLang's): when set, a whitelist that must include ``cpkv``.
 """
 
@@ -27,43 +29,49 @@ logger = logging.getLogger("sglang_cpkv")
 ENTRY_POINT_GROUP = "sglang.srt.plugins"
 ENTRY_POINT_NAME = "cpkv"
 DISABLE_ENV = "CPKV_DISABLE_HOOKS"
+SHARED_KV_ENV = "CPKV_SHARED_KV"
 
 _registered: tuple[str, ...] | None = None
 
 
 def enabled_specs(env: dict[str, str] | None = None) -> tuple:
-    """The hook specs to register: ``SPECS`` minus the names in ``CPKV_DISABLE_HOOKS``.
+    """The hook specs to register: ``SPECS`` (plus ``SHARED_KV_SPECS`` under
+    ``CPKV_SHARED_KV=1``) minus the names in ``CPKV_DISABLE_HOOKS``.
 
     Raises:
         HookDriftError: ``CPKV_DISABLE_HOOKS`` names a hook that does not exist.
     """
-    from sglang_cpkv.hooks import SPECS
+    from sglang_cpkv.hooks import SHARED_KV_SPECS, SPECS
 
     env = os.environ if env is None else env
     disabled = {n.strip() for n in env.get(DISABLE_ENV, "").split(",") if n.strip()}
-    unknown = disabled - {s.name for s in SPECS}
+    known = [s.name for s in (*SPECS, *SHARED_KV_SPECS)]
+    unknown = disabled - set(known)
     if unknown:
         raise HookDriftError(
             f"{DISABLE_ENV} names unknown hooks {sorted(unknown)}; known: "
-            f"{[s.name for s in SPECS]}. Fix: correct the names or unset {DISABLE_ENV}."
+            f"{known}. Fix: correct the names or unset {DISABLE_ENV}."
         )
-    return tuple(s for s in SPECS if s.name not in disabled)
+    specs = (*SPECS, *SHARED_KV_SPECS) if env.get(SHARED_KV_ENV) == "1" else SPECS
+    return tuple(s for s in specs if s.name not in disabled)
 
 
 def load() -> None:
-    """Check the sglang version and every hook target, then register the hooks (once).
+    """Check the sglang version and every hook target, then register the hooks (each once).
+
+    A second call registers only hooks enabled since the first (``CPKV_SHARED_KV`` set later).
 
     Raises:
         PluginRefused: unsupported sglang, a drifted hook target, or a bad ``CPKV_DISABLE_HOOKS``.
     """
     global _registered
-    if _registered is not None:
-        return
     from sglang_cpkv.hooks import check_target, register
 
     try:
         version = check_sglang_version()
-        specs = enabled_specs()
+        specs = [s for s in enabled_specs() if s.name not in (_registered or ())]
+        if not specs and _registered is not None:
+            return
         for spec in specs:  # all checks before the first registration
             check_target(spec)
         for spec in specs:
@@ -71,7 +79,7 @@ def load() -> None:
     except CpkvSGLangError as err:
         logger.critical("sglang-cpkv plugin refused to load: %s", err)
         raise PluginRefused(str(err)) from err
-    _registered = tuple(s.name for s in specs)
+    _registered = (*(_registered or ()), *(s.name for s in specs))
     logger.info("sglang-cpkv plugin loaded on sglang %s: hooks %s", version, ", ".join(_registered))
 
 
@@ -91,8 +99,12 @@ def activate() -> tuple[str, ...]:
             as the ``cpkv`` entry point, or excluded by ``SGLANG_PLUGINS``).
     """
     from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
 
     load_plugins()
+    if _registered is not None and any(s.name not in _registered for s in enabled_specs()):
+        load()  # hooks enabled after SGLang loaded the plugin in this process
+        HookRegistry.apply_hooks()
     if _registered is None:
         allowed = os.environ.get("SGLANG_PLUGINS")
         hint = (

@@ -3,8 +3,8 @@
 Usage::
 
     cpkv-serve [sglang serve args] [--cpkv-index-topk-freq F] [--cpkv-index-skip-topk-offset O]
-               [--cpkv-index-topk-pattern FS...] [--dry-run [--gpu sm90|sm100]
-               [--dry-run-format text|json]]
+               [--cpkv-index-topk-pattern FS...] [--cpkv-shared-kv [--cpkv-scratch-batch ...]
+               [--cpkv-gpu-mem-gib G]] [--dry-run [--gpu sm90|sm100] [--dry-run-format text|json]]
 
 Example (a laptop, a directory holding only GLM-5.1's config.json)::
 
@@ -23,6 +23,7 @@ the output quietly.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -33,12 +34,21 @@ from sglang_cpkv._cli_io import (
     refuse,
     sglang_import_warnings_filtered,
 )
-from sglang_cpkv._flags import GPUS, build_parser, merge_model_overrides, parse_cpkv_args
+from sglang_cpkv._flags import (
+    GPUS,
+    CpkvArgs,
+    build_parser,
+    merge_model_overrides,
+    parse_cpkv_args,
+    with_sharding,
+)
 from sglang_cpkv._version_guard import check_sglang_version
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
 
 
-def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> int:
+def dry_run(
+    sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text", args: CpkvArgs | None = None
+) -> int:
     """Resolve ``sglang_argv`` for ``gpu`` (default: the local one), print the report.
 
     Returns:
@@ -68,10 +78,18 @@ def dry_run(sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text") -> i
         return 2
     report = build_report(server_args, capability)
     report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
+    if args is not None and args.shared_kv:
+        from sglang_cpkv.shared_kv._report import shared_kv_section
+
+        report["shared_kv"] = shared_kv_section(server_args, capability, args)
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
     else:
         print(render_text(report), end="")
+        if "shared_kv" in report:
+            from sglang_cpkv.shared_kv._report import render_shared_kv
+
+            print(render_shared_kv(report["shared_kv"]), end="")
     return 0
 
 
@@ -127,9 +145,13 @@ def _main(argv: list[str]) -> int:
         )
     except (BadInput, ValueError) as err:
         return refuse(err)
+    if args.shared_kv:
+        # Inherited by every SGLang process: their plugin load installs the shared-KV hooks.
+        os.environ["CPKV_SHARED_KV"] = "1"
+        sglang_argv = with_sharding(sglang_argv)
     with sglang_import_warnings_filtered():
         if args.dry_run:
-            return dry_run(sglang_argv, args.gpu, args.dry_run_format)
+            return dry_run(sglang_argv, args.gpu, args.dry_run_format, args)
         return serve(sglang_argv)
 
 

@@ -42,6 +42,8 @@ class HookSpec:
         why: one line on what the hook fixes, shown in reports.
         requires: ``"module:attribute"`` names from the project's other packages the hook calls;
             checked with the target so a stale install refuses at start-up.
+        lazy: ``hook`` is a zero-argument loader returning the hook (for a hook that imports
+            SGLang, such as a class replacing a target class), called when registering.
     """
 
     name: str
@@ -51,6 +53,7 @@ class HookSpec:
     hook: Callable[..., Any]
     why: str
     requires: tuple[str, ...] = ()
+    lazy: bool = False
 
 
 def signature_of(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -179,4 +182,5 @@ def register(spec: HookSpec) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     check_target(spec)
-    HookRegistry.register(spec.target, spec.hook, HookType[spec.kind.upper()])
+    hook = spec.hook() if spec.lazy else spec.hook
+    HookRegistry.register(spec.target, hook, HookType[spec.kind.upper()])

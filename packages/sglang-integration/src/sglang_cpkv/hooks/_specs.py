@@ -1,4 +1,8 @@
-"""The hook table: each hook with the signature of its target in sglang 0.5.23."""
+"""The hook table: each hook with the signature of its target in sglang 0.5.23.
+
+``SPECS`` are always registered; ``SHARED_KV_SPECS`` only under ``CPKV_SHARED_KV=1`` (what
+``cpkv-serve --cpkv-shared-kv`` sets), so a plain ``sglang serve`` keeps SGLang's own sharding.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from sglang_cpkv.hooks.indexcache_overrides import (
     validate_tbo_index_sharing,
 )
 from sglang_cpkv.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
+from sglang_cpkv.shared_kv._hooks import (
+    pool_class,
+    prepare_with_request_plan,
+    validate_with_cpkv_gate,
+)
 
 _HF = "sglang.srt.utils.hf_transformers.config"
 _WARMUP_NEEDS = (
@@ -78,5 +87,34 @@ SPECS: tuple[HookSpec, ...] = (
         params=("self", "forward_batch"),
         hook=init_forward_metadata_with_chunk_offsets,
         why="interleave CP + RAGGED top-k without prefix: offsets into the whole gathered chunk",
+    ),
+)
+
+SHARED_KV_SPECS: tuple[HookSpec, ...] = (
+    HookSpec(
+        name="shared-kv-pool",
+        target="sglang.srt.mem_cache.page_interleave_pool.PageInterleaveDSATokenToKVPool",
+        kind="replace",
+        params=("*args", "shard_spec", "shard_group", "**kwargs"),
+        hook=pool_class,
+        lazy=True,
+        why="the sharded DSA pool's scratch keyed by (request, page): cpkv_runtime layout",
+        requires=("cpkv_runtime:plan_layout", "cpkv_runtime:resolve_backend"),
+    ),
+    HookSpec(
+        name="shared-kv-plan",
+        target="sglang.srt.layers.attention.kv_shard_hooks.prepare_kv_shard_forward",
+        kind="around",
+        params=("pool", "req_to_token", "forward_batch"),
+        hook=prepare_with_request_plan,
+        why="plan the per-request scratch once per forward, from the whole batch",
+    ),
+    HookSpec(
+        name="shared-kv-gate",
+        target="sglang.srt.arg_groups.kv_shard_hook.validate_kv_shard_attention_backend",
+        kind="around",
+        params=("server_args", "cfg="),
+        hook=validate_with_cpkv_gate,
+        why="admit the FlashMLA and Triton DSA backends on SM90/SM100, refuse the rest by name",
     ),
 )

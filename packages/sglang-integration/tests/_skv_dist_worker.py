@@ -1,0 +1,412 @@
+"""Rank body of the shared-KV pool test: SGLang's real sharded DSA pools under gloo, on CPU.
+
+Run as ``python _skv_dist_worker.py OUT_DIR`` with ``TRITON_INTERPRET=1`` (SGLang's Triton store
+and gather kernels then run on CPU tensors) and ``CPKV_SHARED_KV=1``. Four ranks run CP 4 on the
+world group and CP 2 on two pairs. Real: ``torch.distributed`` (gloo), SGLang's
+``GroupCoordinator``, both pool classes (upstream ``PageInterleaveDSATokenToKVPool`` and cpkv's
+subclass installed by the plugin through ``HookRegistry``), SGLang's ``ForwardBatch``,
+``prepare_kv_shard_forward`` (hooked), the Triton store kernels, and an unsharded
+``DSATokenToKVPool`` as the full-replica reference. Replaced, because they need CUDA/NCCL:
+
+1. ``page_interleave_pool.PyNcclCommunicator`` -> :class:`GlooCommunicator` (same ``all_gather``
+   and ``change_state`` interface over the shard group's gloo ``cpu_group``);
+2. nothing else: the pools' side stream is ``torch.cpu.Stream`` (SGLang picks it for a CPU
+   pool), whose events and waits are no-ops.
+
+Each rank writes ``<OUT_DIR>/rank<r>.json``: the checks it ran and every mismatch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import multiprocessing
+import socket
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _skv_shapes import SHAPES, Batch, P, Req, place
+
+LAYERS = 2  # layer 1 shares its top-k (no indexer keys): the skip path runs too
+LORA, ROPE = 512, 64
+DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+#: every shape runs with bf16; packed fp8 (SGLang's quantising store, slow under the Triton
+#: interpreter) on the shapes that stress partial pages, chunk continuations and fresh batches.
+FP8_SHAPES = ("prefix_lengths", "chunked_continuation_hit", "fresh_1_1_300", "single_request")
+
+
+class GlooCommunicator:
+    """Stands in for ``PyNcclCommunicator`` on CPU: the pool calls ``all_gather(out, send)`` and
+    ``change_state(enable=True)``; gloo's ``all_gather_into_tensor`` does the same."""
+
+    def __init__(self, group, device, cta_policy=None, **_):
+        self.group = group
+
+    def change_state(self, enable=None, **_):
+        return contextlib.nullcontext()
+
+    def all_gather(self, output_tensor, input_tensor, stream=None, sizes=None):
+        dist.all_gather_into_tensor(output_tensor, input_tensor, group=self.group)
+
+
+def _coordinator(groups, rank):
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+
+    return GroupCoordinator(
+        group_ranks=groups, local_rank=rank, torch_distributed_backend="gloo",
+        use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
+        use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
+        use_xpu_communicator=False, group_name="cpkv_test_cp",
+    )  # fmt: skip
+
+
+def _kv(loc: torch.Tensor, tag: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nope, rope) bf16 rows for logical locations: distinct per location and ``tag``."""
+    base = loc.double().unsqueeze(1) * 0.25 + tag
+    row = (base + torch.arange(LORA + ROPE).double() / 4096).float()
+    row = torch.remainder(row, 300.0) - 150.0  # stays inside fp8's range
+    row = row.bfloat16()
+    return row[:, None, :LORA].contiguous(), row[:, None, LORA:].contiguous()
+
+
+def _index_k(loc: torch.Tensor, tag: int) -> tuple[torch.Tensor, torch.Tensor]:
+    k = ((loc.unsqueeze(1) * 7 + torch.arange(128) + tag) % 113).to(torch.uint8)
+    scale = (loc.float() + 1 + tag).unsqueeze(1)
+    return k.view(torch.float8_e4m3fn), scale
+
+
+def _pool(cls, batch: Batch, group, dtype, size_pages: int, gather_pages: int, write_pages: int):
+    from sglang.srt.mem_cache.page_interleave import PageShardSpec
+
+    n = batch.shard_size
+    span = n * P
+    spec = PageShardSpec(
+        shard_rank=group.rank_in_group, shard_size=n, page_size=P,
+        max_prefix_tokens=-(-gather_pages * P // span) * span, chunk_tokens=write_pages * P,
+    )  # fmt: skip
+    return cls(
+        size_pages * P, page_size=P, kv_lora_rank=LORA, dtype=dtype, qk_rope_head_dim=ROPE,
+        layer_num=LAYERS, device="cpu", index_head_dim=128, enable_memory_saver=False,
+        kv_cache_dim=LORA + ROPE if dtype == torch.bfloat16 else 656, start_layer=0,
+        end_layer=LAYERS - 1, skip_topk_layers=[False, True], shard_spec=spec, shard_group=group,
+    )  # fmt: skip
+
+
+def _replica(num_pages: int, dtype):
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+
+    return DSATokenToKVPool(
+        num_pages * P, page_size=P, kv_lora_rank=LORA, dtype=dtype, qk_rope_head_dim=ROPE,
+        layer_num=LAYERS, device="cpu", index_head_dim=128, enable_memory_saver=False,
+        kv_cache_dim=LORA + ROPE if dtype == torch.bfloat16 else 656, start_layer=0,
+        end_layer=LAYERS - 1, skip_topk_layers=[False, True],
+    )  # fmt: skip
+
+
+def _forward_batch(batch: Batch, out_cache_loc: torch.Tensor):
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.EXTEND, batch_size=len(batch.pages),
+        input_ids=torch.zeros(batch.num_tokens, dtype=torch.long),
+        req_pool_indices=torch.arange(len(batch.pages)),
+        seq_lens=torch.tensor(batch.seq), out_cache_loc=out_cache_loc, seq_lens_sum=sum(batch.seq),
+    )  # fmt: skip
+    fb.seq_lens_cpu = torch.tensor(batch.seq)
+    fb.extend_prefix_lens_cpu = list(batch.prefix)
+    fb.extend_seq_lens_cpu = list(batch.extend)
+    fb.extend_seq_lens = torch.tensor(batch.extend)
+    fb.extend_prefix_lens = torch.tensor(batch.prefix)
+    return fb
+
+
+def _write(pool, loc: torch.Tensor, tag: float) -> None:
+    for layer_id in range(LAYERS):
+        nope, rope = _kv(loc, tag + layer_id)
+        pool.set_mla_kv_buffer(SimpleNamespace(layer_id=layer_id), loc, nope, rope)
+        if layer_id == 0:
+            k, s = _index_k(loc, int(tag))
+            pool.set_index_k_scale_buffer(layer_id, loc, k, s)
+
+
+def _history_locs(batch: Batch) -> torch.Tensor:
+    """Every location that holds history for some request (what earlier forwards wrote)."""
+    locs = {
+        batch.pages[b][i // P] * P + i % P
+        for b in range(len(batch.pages))
+        for i in range(batch.prefix[b])
+    }
+    return torch.tensor(sorted(locs), dtype=torch.long)
+
+
+def _setup_history(pool, batch: Batch) -> None:
+    """Write the history through the pool's own sharded write path (a prefill of its pages)."""
+    locs = _history_locs(batch)
+    if locs.numel() == 0:
+        return
+    pages = sorted({int(x) // P for x in locs})
+    r2t = torch.zeros(1, len(pages) * P, dtype=torch.int32)
+    for j, page in enumerate(pages):
+        r2t[0, j * P : (j + 1) * P] = torch.arange(page * P, (page + 1) * P)
+    pool.begin_shard_extend(r2t, torch.tensor([0]), [0], [len(pages) * P])
+    full = r2t[0].long()
+    for layer_id in range(LAYERS):  # whole pages: rows past the history are never read
+        nope, rope = _kv(full, 1000.0 + layer_id)
+        pool.set_mla_kv_buffer(SimpleNamespace(layer_id=layer_id), full, nope, rope)
+        if layer_id == 0:
+            k, s = _index_k(full, 1000)
+            pool.set_index_k_scale_buffer(layer_id, full, k, s)
+    pool.end_shard_extend()
+
+
+def _reads(pool, batch: Batch, rows: list[int], layer_id: int):
+    """(latent bytes, indexer k, indexer scale) each request of ``rows`` reads, per position."""
+    r2t = batch.req_to_token()
+    width = max(batch.seq[b] for b in rows)
+    table = r2t[rows, :width]
+    kv = pool.get_key_buffer(layer_id)
+    scratch = pool.translate_loc_to_scratch(table)
+    latent = kv.view(kv.shape[0], -1).view(torch.uint8)[scratch.long()]
+    index = None
+    if layer_id == 0:
+        seq = torch.tensor([batch.seq[b] for b in rows])
+        k, s = pool.get_index_k_scale_buffer(
+            layer_id, seq, table[:, ::P] // P, int(seq.sum()), int(seq.max())
+        )
+        index = (k, s)
+    return latent, index
+
+
+def _replica_reads(before, after, batch: Batch, rows: list[int], layer_id: int):
+    """What a full-replica pool gives each request: history rows as they were before this
+    forward, current rows as written by the forward (each position once, by its request)."""
+    out = []
+    for b in rows:
+        loc = torch.tensor([batch.pages[b][i // P] * P + i % P for i in range(batch.seq[b])])
+        hist = torch.arange(batch.seq[b]) < batch.prefix[b]
+        rows_b = []
+        for pool in (before, after):
+            kv = pool.kv_buffer[layer_id]
+            rows_b.append(kv.view(kv.shape[0], -1).view(torch.uint8)[loc])
+        latent = torch.where(hist.unsqueeze(1), rows_b[0], rows_b[1])
+        index = None
+        if layer_id == 0:
+            ks = []
+            for pool in (before, after):
+                k, s = pool.get_index_k_scale_buffer(
+                    0, torch.tensor([batch.seq[b]]), loc[::P].unsqueeze(0) // P,
+                    batch.seq[b], batch.seq[b],
+                )  # fmt: skip
+                ks.append((k, s))
+            index = tuple(torch.where(hist.unsqueeze(1), ks[0][i], ks[1][i]) for i in range(2))
+        out.append((latent, index))
+    return out
+
+
+def _copy_replica(src, num_pages, dtype):
+    dst = _replica(num_pages, dtype)
+    for a, b in zip(dst.kv_buffer, src.kv_buffer, strict=True):
+        a.copy_(b)
+    for a, b in zip(dst.index_key_cache.buffer, src.index_key_cache.buffer, strict=True):
+        a.copy_(b)
+    return dst
+
+
+def _run_forward(pool, batch: Batch, oc: torch.Tensor):
+    """The extend forward as SGLang's DSA backend drives the pool; returns the rows whose
+    tables the backend translates (all requests, and the CP-kept ones)."""
+    from sglang.srt.layers.attention.kv_shard_hooks import prepare_kv_shard_forward
+
+    fb = _forward_batch(batch, oc)
+    assert prepare_kv_shard_forward(pool, batch.req_to_token(), fb)
+    _write(pool, fb.out_cache_loc, 0.0)
+    plan = getattr(pool, "cpkv_forward", None)
+    row_sets = [list(range(len(batch.pages)))]
+    if plan is not None:
+        for n, req in plan.row_req.items():
+            if n not in (len(batch.pages), batch.num_tokens):
+                row_sets.append(req.tolist())
+    return row_sets
+
+
+def _compare(name, got, want, failures, what):
+    if not torch.equal(got, want):
+        bad = (got != want).reshape(got.shape[0], -1).any(1).nonzero().flatten().tolist()
+        failures.append(f"{what}: {name} differs at positions {bad[:8]} ({len(bad)} rows)")
+
+
+def _references(batch: Batch, dtype):
+    """Full-replica pools (SGLang's unsharded DSA pool): history only, and after the forward."""
+    num_pages = batch.shard_size * (batch.local_pages + 1)
+    replica = _replica(num_pages, dtype)
+    hist = _history_locs(batch)
+    if hist.numel():
+        pages = sorted({int(x) // P for x in hist})
+        full = torch.cat([torch.arange(p * P, (p + 1) * P) for p in pages])
+        for layer_id in range(LAYERS):
+            nope, rope = _kv(full, 1000.0 + layer_id)
+            replica.set_mla_kv_buffer(SimpleNamespace(layer_id=layer_id), full, nope, rope)
+        k, s = _index_k(full, 1000)
+        replica.set_index_k_scale_buffer(0, full, k, s)
+    before = _copy_replica(replica, num_pages, dtype)
+    _write(replica, batch.out_cache_loc(), 0.0)
+    return before, replica
+
+
+def _sizes(batch: Batch) -> tuple[int, int, int]:
+    """(local pages per rank, gather pages, write pages) a pool for ``batch`` needs."""
+    hist_pages = {int(x) // P for x in _history_locs(batch)}
+    gather = batch.shard_size * max(sum(-(-p // P) for p in batch.prefix), 1)
+    # the setup prefill writes every history page as a fresh page: room for both
+    write = sum(len(w) for w in batch.writers) + len(hist_pages) + 1
+    return batch.local_pages + 1, gather, write
+
+
+def check_shape(tag, batch, group, dtype, cls_ours, cls_upstream, result):
+    before, after = _references(batch, dtype)
+    oc = batch.out_cache_loc()
+    aligned = all(p % P == 0 for p in batch.prefix)
+    pools = {"cpkv": cls_ours} | ({"sglang": cls_upstream} if aligned else {})
+    reads = {}
+    for label, cls in pools.items():
+        pool = _pool(cls, batch, group, dtype, *_sizes(batch))
+        _setup_history(pool, batch)
+        row_sets = _run_forward(pool, batch, oc.clone())
+        for layer_id in range(LAYERS):
+            for rows in row_sets:
+                latent, index = _reads(pool, batch, rows, layer_id)
+                reads[(label, layer_id, tuple(rows))] = (latent, index)
+                want = _replica_reads(before, after, batch, rows, layer_id)
+                offset = 0
+                for i, b in enumerate(rows):
+                    seq = batch.seq[b]
+                    what = f"{tag} {label} layer {layer_id} request {b} rows {rows}"
+                    if label == "cpkv":
+                        result["checks"] += 1
+                        _compare("latent", latent[i, :seq], want[i][0], result["failures"], what)
+                        if index is not None:
+                            for j, part in enumerate(("index k", "index scale")):
+                                _compare(part, index[j][offset : offset + seq],
+                                         want[i][1][j], result["failures"], what)  # fmt: skip
+                    else:  # SGLang's map on SGLang-shaped batches: recorded, not asserted
+                        ok = torch.equal(latent[i, :seq], want[i][0])
+                        result["upstream"].append([what, ok])
+                    offset += seq
+    if len(batch.pages) == 1 and "sglang" in pools:  # batch size 1: the two read the same bytes
+        for layer_id in range(LAYERS):
+            a = reads[("cpkv", layer_id, (0,))]
+            b = reads[("sglang", layer_id, (0,))]
+            same = torch.equal(a[0], b[0]) and (a[1] is None or torch.equal(a[1][0], b[1][0]))
+            result["bs1"].append([f"{tag} layer {layer_id}", same])
+
+
+def forced_foreign_page(cp: int) -> Batch:
+    """Request 0 writes page X while request 1 reads X as history (an allocator bug: X was
+    handed out again while request 1's radix hit still held it). Both prefixes page-aligned."""
+    base = place("forced_foreign_page", [Req("A", 3 * P, 4), Req("A", 3 * P, 5)], cp)
+    x = base.pages[1][2]  # request 1's third history page
+    pages = [[*base.pages[0][:2], x], base.pages[1]]
+    return Batch("forced_foreign_page", cp, pages, [2 * P, 3 * P], [40, 5],
+                 local_pages=base.local_pages, writers=[{x}, set(base.pages[1][3:])])  # fmt: skip
+
+
+def check_forced(tag, batch, group, dtype, cls_ours, cls_upstream, result):
+    """Request 1 reads page X as history while request 0 writes it. Recorded per pool: whether
+    request 1 reads the full-replica history there, and whether it reads request 0's rows."""
+    before, after = _references(batch, dtype)
+    want = _replica_reads(before, after, batch, [0, 1], 0)
+    for label, cls in (("cpkv", cls_ours), ("sglang", cls_upstream)):
+        pool = _pool(cls, batch, group, dtype, *_sizes(batch))
+        _setup_history(pool, batch)
+        _run_forward(pool, batch, batch.out_cache_loc())
+        latent, _ = _reads(pool, batch, [0, 1], 0)
+        on_x = slice(2 * P, 2 * P + 40)  # request 0's current rows; request 1's history
+        result["forced"].append(
+            {
+                "pool": f"{tag} {label}",
+                "req1_reads_history": torch.equal(latent[1, : batch.seq[1]], want[1][0]),
+                "req0_reads_own": torch.equal(latent[0, : batch.seq[0]], want[0][0]),
+                "req1_reads_req0_rows": torch.equal(latent[1, on_x], latent[0, on_x]),
+            }
+        )
+
+
+def rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    result = {
+        "checks": 0, "failures": [], "upstream": [], "bs1": [], "forced": [], "covered": [],
+        "error": None,
+    }  # fmt: skip
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=600),
+        )  # fmt: skip
+        from sglang.srt.mem_cache import page_interleave_pool as pip
+        from sglang.srt.runtime_context import publish
+
+        # A DSA model with interleave prefill CP, resolved by SGLang for an emulated H200 the way
+        # `cpkv-serve --dry-run --gpu sm90` does (its CP helpers read this at run time). The
+        # plugin is active from here on (class REPLACE + plan hook, via load_plugins()).
+        from sglang_cpkv._dry_run import emulated_gpu, resolve
+
+        fixture = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
+        argv = ["--model-path", fixture, "--tp", str(world), "--enable-prefill-cp",
+                "--attn-cp-size", str(world), "--cp-strategy", "interleave"]  # fmt: skip
+        with emulated_gpu((9, 0)):
+            publish(resolve(argv, (9, 0)), role="scheduler")
+        pip.PyNcclCommunicator = GlooCommunicator  # replacement 1 (see module docstring)
+        ours = pip.PageInterleaveDSATokenToKVPool
+        upstream = ours.__mro__[1]
+        assert getattr(ours, "cpkv_shared_kv", False), ours
+        world_group = _coordinator([list(range(world))], rank)
+        pair_group = _coordinator([[0, 1], [2, 3]], rank)
+        result["classes"] = [ours.__qualname__, upstream.__qualname__]
+        # CP 4 on all ranks; CP 2 on the pair (0, 1) (the pair (2, 3) would repeat it).
+        for cp, group in ((world, world_group), (2, pair_group)):
+            if cp == 2 and rank >= 2:
+                continue
+            for dname, dtype in DTYPES.items():
+                for name, reqs in SHAPES.items():
+                    if dname == "fp8" and name not in FP8_SHAPES:
+                        continue
+                    tag = f"cp{cp} {dname} {name}"
+                    check_shape(tag, place(name, reqs, cp), group, dtype, ours, upstream, result)
+                    result["covered"].append(tag)
+                batch = forced_foreign_page(cp)
+                check_forced(f"cp{cp} {dname}", batch, group, dtype, ours, upstream, result)
+        dist.barrier()
+    except Exception:
+        result["error"] = traceback.format_exc()
+    finally:
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main() -> None:
+    out_dir = sys.argv[1]
+    world = 4
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        ["torch", "sglang.srt.mem_cache.page_interleave_pool", "sglang.srt.mem_cache.memory_pool"]
+    )
+    import torch.multiprocessing as mp
+
+    mp.start_processes(
+        rank_main, args=(world, port, out_dir), nprocs=world, start_method="forkserver"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The shared-KV gate and capacity report through ``cpkv-serve --cpkv-shared-kv --dry-run``.
+
+SGLang 0.5.23 resolves each deployment (GPU emulated, as ``--dry-run --gpu`` does) with the
+plugin's shared-KV hooks applied, in one fresh process (``_skv_dry_run_driver.py``): the gate
+runs inside SGLang's own ``handle_kv_cache_sharding``. Expected verdicts are the table of
+``docs/shared-kv.md``, written out here by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import _sglang_env as env
+import pytest
+from sglang_cpkv.shared_kv import backend_verdict
+
+pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
+
+BASE = [
+    "--model-path", str(env.GLM51_DIR), "--tp", "8", "--enable-prefill-cp", "--attn-cp-size", "8",
+    "--cp-strategy", "interleave", "--disaggregation-mode", "prefill",
+    "--disaggregation-transfer-backend", "mooncake", "--chunked-prefill-size", "65536",
+]  # fmt: skip
+DECODE = {"fp8_e4m3": "flashmla_kv", "bfloat16": "flashmla_sparse"}
+
+# (prefill backend, KV dtype, gpu) -> works?  (docs/shared-kv.md, without the RAGGED-offset fix)
+TABLE = {
+    ("flashmla_kv", "fp8_e4m3", "sm90"): True,
+    ("flashmla_kv", "fp8_e4m3", "sm100"): True,
+    ("flashmla_kv", "bfloat16", "sm90"): False,
+    ("flashmla_kv", "bfloat16", "sm100"): False,
+    ("flashmla_sparse", "bfloat16", "sm90"): True,
+    ("flashmla_sparse", "bfloat16", "sm100"): True,
+    ("flashmla_sparse", "fp8_e4m3", "sm90"): False,
+    ("flashmla_sparse", "fp8_e4m3", "sm100"): False,
+    ("triton_sparse_mla", "bfloat16", "sm90"): True,
+    ("triton_sparse_mla", "bfloat16", "sm100"): True,
+    ("triton_sparse_mla", "fp8_e4m3", "sm90"): False,
+    ("triton_sparse_mla", "fp8_e4m3", "sm100"): False,
+    ("flashmla_auto", "bfloat16", "sm90"): True,
+    ("flashmla_auto", "bfloat16", "sm100"): True,
+    ("flashmla_auto", "fp8_e4m3", "sm90"): True,
+    ("flashmla_auto", "fp8_e4m3", "sm100"): False,
+    ("trtllm", "fp8_e4m3", "sm100"): True,
+}
+OTHER = {
+    # name: (extra argv, gpu, text the refusal must contain)
+    "nixl": (["--disaggregation-transfer-backend", "nixl", "--dsa-prefill-backend", "flashmla_kv",
+              "--kv-cache-dtype", "fp8_e4m3"], "sm90", "only Mooncake's sender"),
+    "tbo": (["--enable-two-batch-overlap", "--dsa-prefill-backend", "flashmla_kv",
+             "--kv-cache-dtype", "fp8_e4m3"], "sm90", "two-batch-overlap"),
+    "zigzag": (["--cp-strategy", "zigzag", "--dsa-prefill-backend", "flashmla_kv",
+                "--kv-cache-dtype", "fp8_e4m3"], "sm90", "cp-strategy"),
+    "no_pd": (["--disaggregation-mode", "null", "--dsa-prefill-backend", "flashmla_kv",
+               "--kv-cache-dtype", "fp8_e4m3"], "sm90", "PD prefill workers"),
+}  # fmt: skip
+
+
+def _doc_commands() -> dict[str, list[str]]:
+    """The shared-KV commands of docs/deploy.md (```shell blocks), model path -> fixture."""
+    doc = (Path(__file__).parents[1] / "docs" / "deploy.md").read_text()
+    out = {}
+    for block in re.findall(r"```shell\n(.*?)```", doc, flags=re.S):
+        title, _, body = block.partition("\n")
+        argv = shlex.split(body.replace("\\\n", " "))
+        if argv and argv[0] == "cpkv-serve":
+            argv = [str(env.GLM51_DIR) if a == "zai-org/GLM-5.1-FP8" else a for a in argv[1:]]
+            out[title.lstrip("# ").strip()] = [a for a in argv if a != "--cpkv-shared-kv"]
+    return out
+
+
+DOC = _doc_commands()
+
+
+def _case(backend: str, dtype: str, gpu: str) -> dict:
+    argv = [*BASE, "--dsa-prefill-backend", backend, "--kv-cache-dtype", dtype]
+    decode = "trtllm" if backend == "trtllm" else DECODE[dtype]
+    return {"name": f"{backend}/{dtype}/{gpu}", "gpu": gpu,
+            "argv": [*argv, "--dsa-decode-backend", decode]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("gate")
+    cases = [_case(*k) for k in TABLE]
+    cases += [{"name": k, "gpu": g, "argv": [*BASE, *a]} for k, (a, g, _) in OTHER.items()]
+    cases.append(
+        {"name": "capacity", "gpu": "sm90",
+         "argv": [*BASE, "--dsa-prefill-backend", "flashmla_kv", "--kv-cache-dtype", "fp8_e4m3",
+                  "--cpkv-scratch-batch", "8x65536+2048"]}
+    )  # fmt: skip
+    cases += [
+        {"name": title, "gpu": "sm100" if "SM100" in title else "sm90", "argv": argv}
+        for title, argv in DOC.items()
+    ]
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env_vars.pop("CPKV_SHARED_KV", None)
+    driver = Path(__file__).parent / "_skv_dry_run_driver.py"
+    proc = subprocess.run(
+        [sys.executable, str(driver), str(tmp / "cases.json"), str(tmp / "out.json")],
+        env=env_vars, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert (tmp / "out.json").exists(), proc.stderr[-4000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+@pytest.mark.parametrize(("backend", "dtype", "gpu"), list(TABLE))
+def test_gate_table(results, backend, dtype, gpu):
+    r = results[f"{backend}/{dtype}/{gpu}"]
+    works = TABLE[(backend, dtype, gpu)]
+    assert (r["code"] == 0) == works, r["stderr"]
+    if works:
+        why = r["report"]["shared_kv"]["backends"]["why"]
+        assert why and backend in why[0]["message"]
+        assert r["report"]["resolved"]["dsa_prefill_backend"] == backend
+    else:
+        assert f"--dsa-prefill-backend {backend}" in r["stderr"]
+        assert "--cpkv-shared-kv cannot serve this deployment" in r["stderr"]
+
+
+@pytest.mark.parametrize(("backend", "dtype", "gpu"), list(TABLE))
+def test_gate_function_agrees(backend, dtype, gpu):
+    major = 9 if gpu == "sm90" else 10
+    assert (
+        backend_verdict(backend, dtype, major, ragged_fixed=False).works
+        == TABLE[(backend, dtype, gpu)]
+    )
+
+
+def test_ragged_fix_admits_the_ragged_combinations():
+    for backend in ("flashmla_sparse", "triton_sparse_mla", "flashmla_auto"):
+        assert backend_verdict(backend, "fp8_e4m3", 10, ragged_fixed=True).works
+
+
+@pytest.mark.parametrize("name", list(OTHER))
+def test_other_refusals_keep_their_reason(results, name):
+    r = results[name]
+    assert r["code"] == 2, r["stderr"]
+    assert OTHER[name][2] in r["stderr"], r["stderr"]
+
+
+def test_capacity_report(results):
+    r = results["capacity"]
+    assert r["code"] == 0, r["stderr"]
+    s = r["report"]["shared_kv"]
+    # 656 B packed fp8 latent + 132 B indexer per token; 8 x 202,752-token contexts rounded to
+    # the 8 x 64 gather span, plus the 65,536-token chunk and one trash page, two slots
+    assert s["scratch"]["row_bytes"] == 656 + 132
+    assert s["scratch"]["max_prefix_tokens"] == 8 * 202752
+    assert s["scratch"]["bytes_both_slots"] == 2 * (8 * 202752 + 65536 + 64) * 788
+    dedup, no_dedup, sglang = (s["batch_scratch"][k] for k in ("dedup", "no_dedup", "sglang"))
+    assert dedup["unique_pages"] == 1024 and dedup["gathered_pages"] == 1024
+    assert no_dedup["gathered_pages"] == sglang["gathered_pages"] == 8 * 1024
+    assert sglang["unique_pages"] == 1024
+    assert dedup["write_pages"] == 8 * 32
+    assert s["backends"]["prefill"] == "flashmla_kv"
+    assert "(request, page)" in s["layout"]
+
+
+def test_deploy_doc_commands_resolve(results):
+    assert set(DOC) == {"prefill node, SM90, shared KV", "prefill node, SM100, shared KV"}
+    for title in DOC:
+        r = results[title]
+        assert r["code"] == 0, (title, r["stderr"])
+        assert r["report"]["shared_kv"]["batch_scratch"]["dedup"]["fits"]

@@ -1,0 +1,168 @@
+"""CUDA: the shared-KV per-layer sequence at production shapes, eager and CUDA-graph captured,
+bitwise against the torch path; the per-layer step never syncs with the host.
+
+Production shape: GLM-5.1 on one CP-8 rank, 8 requests sharing a 65,536-token prefix plus 2,048
+new tokens each, page 64, packed fp8 latent rows (656 B) and indexer pages (8,448 B). The
+per-layer step is what ``CpkvSharedKVPool`` runs per layer: pack the owned pages with
+``cpkv_runtime.gather_pages`` into this rank's all-gather block, the other ranks' blocks (one
+device copy here: one GPU has no peers), the two stores of the current rows at precomputed rows
+(``index_copy_``: SGLang's own store kernel in the pool), and the reads through the page table
+translated once per forward.
+
+Run on the H200: ``uv run --frozen pytest packages/sglang-integration/tests/test_shared_kv_gpu.py
+-q -m gpu``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import cpkv_runtime as cr
+import pytest
+import torch
+from _skv_shapes import P, Req, place
+from sglang_cpkv.shared_kv import ScratchGeometry, place_slots, plan_forward, request_pages
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+CUDA = torch.device("cuda")
+N, RANK = 8, 3
+LATENT, INDEX = 656, 8448  # packed fp8 row bytes per token; indexer bytes per page
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    batch = place("production", [Req("A", 65536, 2048) for _ in range(8)], N)
+    local_pages = batch.local_pages + 1
+    geo = ScratchGeometry(P, N, RANK, gather_pages=8 * 1024 * 8 // N * N, write_pages=8 * 40)
+    r2t = batch.req_to_token().to(CUDA)
+    idx = torch.arange(len(batch.pages), device=CUDA)
+    plan = plan_forward(
+        request_pages(r2t, idx, batch.seq, P), batch.prefix, batch.seq,
+        batch.out_cache_loc().to(CUDA), geo, N * local_pages,
+    )  # fmt: skip
+    table = plan.translate(r2t[:, : max(batch.seq)])
+    block = plan.placement.block
+
+    def random_bytes(*shape: int) -> torch.Tensor:
+        return torch.randint(0, 256, shape, dtype=torch.uint8, device=CUDA)
+
+    others = torch.ones(N * block, dtype=torch.bool, device=CUDA)
+    others[RANK * block : (RANK + 1) * block] = False
+    t = {
+        "pool": random_bytes(local_pages, P, LATENT),
+        "index_pool": random_bytes(local_pages, INDEX),
+        "remote": random_bytes(N * block, P, LATENT),
+        "others": others[:, None, None],
+        "current": random_bytes(batch.num_tokens, LATENT),
+    }
+    return batch, geo, plan, table, t
+
+
+def _step(plan, table, t, scratch, index_scratch, local, backend):
+    """One layer of the shared-KV path on this rank (see the module docstring)."""
+    block = plan.placement.block
+    send = scratch[RANK * block : (RANK + 1) * block]
+    others = torch.ones(N * block, dtype=torch.bool, device=CUDA)
+    others[RANK * block : (RANK + 1) * block] = False
+    scratch[: N * block].copy_(
+        torch.where(others[:, None, None], t["remote"], scratch[: N * block])
+    )
+    cr.gather_pages(t["pool"], plan.placement.send_pages, out=send, backend=backend, validate=False)
+    cr.gather_pages(
+        t["index_pool"], plan.placement.send_pages,
+        out=index_scratch[RANK * block : (RANK + 1) * block], backend=backend, validate=False,
+    )  # fmt: skip
+    rows = scratch.view(-1, LATENT)
+    rows.index_copy_(0, plan.cur_rows, t["current"])
+    local.view(-1, LATENT).index_copy_(0, plan.local_rows, t["current"])
+    return rows[table]
+
+
+def _buffers(geo):
+    pages = geo.trash_page + 1
+    return (
+        torch.zeros(pages, P, LATENT, dtype=torch.uint8, device=CUDA),
+        torch.zeros(pages, INDEX, dtype=torch.uint8, device=CUDA),
+    )
+
+
+def _backends():
+    out = []
+    for name in ("triton", "cuda"):
+        found = cr.available_backends().get(name)
+        if found is not None and found.supports("materialize", CUDA):
+            out.append(name)
+    return out or pytest.skip("no Triton/CUDA backend on this device")
+
+
+def test_plan_at_production_shape(setup):
+    batch, _, plan, _, _ = setup
+    assert plan.placement.num_gathered == 1024  # the shared prefix once, not 8 times
+    assert plan.placement.block == 1024 // N
+    assert plan.cur_rows.shape == (batch.num_tokens,)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_per_layer_step_matches_torch(setup, mode):
+    _, geo, plan, table, t = setup
+    want_scratch, want_index = _buffers(geo)
+    want_local = t["pool"].clone()
+    want_reads = _step(plan, table, t, want_scratch, want_index, want_local, "torch")
+    for backend in _backends():
+        scratch, index_scratch = _buffers(geo)
+        local = t["pool"].clone()
+        if mode == "eager":
+            reads = _step(plan, table, t, scratch, index_scratch, local, backend)
+        else:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up outside the graph (kernel compiles)
+                _step(plan, table, t, scratch, index_scratch, local, backend)
+            torch.cuda.current_stream().wait_stream(stream)
+            scratch.zero_(), index_scratch.zero_(), local.copy_(t["pool"])
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                reads = _step(plan, table, t, scratch, index_scratch, local, backend)
+            graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(scratch, want_scratch), backend
+        assert torch.equal(index_scratch, want_index), backend
+        assert torch.equal(local, want_local), backend
+        assert torch.equal(reads, want_reads), backend
+
+
+def test_per_layer_step_does_not_sync(setup):
+    _, geo, plan, table, t = setup
+    scratch, index_scratch = _buffers(geo)
+    local = t["pool"].clone()
+    for backend in _backends():
+        _step(plan, table, t, scratch, index_scratch, local, backend)  # compile first
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            _step(plan, table, t, scratch, index_scratch, local, backend)
+        except RuntimeError as exc:
+            if "synchroniz" in str(exc):
+                pytest.fail(f"{backend}: the per-layer step synced with the host: {exc}")
+            raise
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+def test_placement_syncs_once(setup):
+    """place_slots (the per-forward placement) reads N counts back: one host sync."""
+    _, geo, plan, _, _ = setup
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            place_slots(plan.placement.layout, [65536] * 8, geo)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == 1, [str(w.message) for w in syncs]
