@@ -177,8 +177,14 @@ CASES: dict[str, Case] = {
         "--json-model-override-args must be a JSON object", "JSON object", GLM_DIR,
     ),
     # --cpkv-index-*
+    # a value past indexcache's layer cap is refused while parsing, before the model is read
     "index_freq_huge": Case(
         ["--model-path", "{m}/glm", "--cpkv-index-topk-freq", "99999999999999999999", *DRY],
+        "--cpkv-index-topk-freq 99999999999999999999: index_topk_freq must be <= 4096",
+        "layer count", GLM_DIR,
+    ),
+    "index_freq_over_layers": Case(
+        ["--model-path", "{m}/glm", "--cpkv-index-topk-freq", "100", *DRY],
         "--cpkv-index-topk-freq must be in [1, 78] (num_hidden_layers of", "[1, 78]", GLM_DIR,
     ),
     "index_offset_over_layers": Case(
