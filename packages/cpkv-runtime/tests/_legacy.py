@@ -1,4 +1,4 @@
-"""The legacy value-keyed scheme, kept only as a test fixture (DESIGN §1, invariant 4).
+"""The legacy value-keyed scheme, kept only as a test fixture (docs/design.md, "Invariants", 4).
 
 ``inverse[page] = slot`` is 1-D and last-writer-wins over the batch; the legacy "current page"
 mask is keyed by page value the same way. Both are right at batch size 1 and wrong when two

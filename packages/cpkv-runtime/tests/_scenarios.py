@@ -1,4 +1,4 @@
-"""Named batches: the DESIGN §6 scenarios and the adversarial groups, plus data with markers.
+"""Named batches: the validation scenarios of docs/design.md and the adversarial groups, plus data with markers.
 
 Pool rows carry ``(page, offset)`` and current rows ``(-1 - request, position)`` as int32 words, so
 a row read from the wrong place names its source.
@@ -68,7 +68,7 @@ def current_for(layout: cr.Layout, words: int = 4, markers: list[int] | None = N
     return torch.cat([(-1 - marker).view(-1, 1), token_pos.view(-1, 1), rest], dim=1)
 
 
-# --- DESIGN §6 scenarios (P = 8 keeps them readable) ---
+# --- the validation scenarios of docs/design.md (P = 8 keeps them readable) ---
 
 
 def shared_prefix_pages() -> Batch:

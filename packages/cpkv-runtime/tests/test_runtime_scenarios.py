@@ -1,4 +1,4 @@
-"""DESIGN §6 scenarios, the adversarial groups, and the legacy value-keyed inverse (invariant 4).
+"""The validation scenarios (docs/design.md, "Validation"), the adversarial groups, and the legacy value-keyed inverse (invariant 4).
 
 Each scenario runs plan -> materialize -> fill_current and checks invariant 1 against the pool and
 the requests' own current rows, invariant 2, the oracle, and invariant 3 (every request reads the
@@ -42,7 +42,7 @@ def _args(batch: Batch, r):
     return batch.req_pages, batch.prefix, batch.extend, batch.page_size, r.kv_pool, r.current_kv
 
 
-# --- DESIGN §6 ---
+# --- the validation scenarios (docs/design.md, "Validation") ---
 
 
 @pytest.mark.parametrize("dedup", [True, False])
