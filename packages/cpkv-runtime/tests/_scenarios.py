@@ -1,4 +1,4 @@
-"""Named batches: the validation scenarios of docs/design.md and the adversarial groups, plus data with markers.
+"""Named batches: the validation scenarios (docs/design.md), the adversarial groups, marked data.
 
 Pool rows carry ``(page, offset)`` and current rows ``(-1 - request, position)`` as int32 words, so
 a row read from the wrong place names its source.

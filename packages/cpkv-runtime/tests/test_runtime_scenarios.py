@@ -1,4 +1,4 @@
-"""The validation scenarios (docs/design.md, "Validation"), the adversarial groups, and the legacy value-keyed inverse (invariant 4).
+"""The validation scenarios (docs/design.md), the adversarial groups, the legacy inverse (inv. 4).
 
 Each scenario runs plan -> materialize -> fill_current and checks invariant 1 against the pool and
 the requests' own current rows, invariant 2, the oracle, and invariant 3 (every request reads the

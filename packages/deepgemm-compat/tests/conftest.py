@@ -14,7 +14,7 @@ sys.path.insert(0, str(HERE))  # --import-mode=importlib: helpers are imported b
 import _dgc_standins as _standins  # noqa: E402
 from deepgemm_compat import _load, _schedule  # noqa: E402
 
-# One release of each family whose surface differs (see docs/design.md, "DeepGEMM facade and warmup").
+# One release of each family whose surface differs (docs/design.md, "DeepGEMM facade and warmup").
 FAMILIES = ("0.1.1", "0.1.2", "0.1.4.post1", "0.2.2", "0.2.3.post2", "0.2.5")
 
 

@@ -1,4 +1,4 @@
-"""The schedule: the documented facts (docs/design.md, "IndexCache"), priority of sources, validation, next_layer_reuses, NextN."""
+"""The schedule: docs/design.md's facts, source priority, validation, next_layer_reuses, NextN."""
 
 from __future__ import annotations
 

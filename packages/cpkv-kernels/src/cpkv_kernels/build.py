@@ -1,8 +1,8 @@
 """``python -m cpkv_kernels.build``: pre-build the CUDA extension into the cache (for images).
 
-Prints where the library went. The build is keyed like a first-use build (docs/design.md, "Ops and
-backends"), so a process that later runs with the same torch, toolchain and arch list loads it without
-compiling. No GPU is needed: without one the arch list defaults to 9.0 (H100/H200).
+Prints where the library went. The build is keyed like a first-use build (docs/design.md, "Ops
+and backends"), so a process that later runs with the same torch, toolchain and arch list loads it
+without compiling. No GPU is needed: without one the arch list defaults to 9.0 (H100/H200).
 """
 
 from __future__ import annotations
