@@ -156,7 +156,8 @@ def test_dry_run_text_names_the_fix(capsys, plugin):
 def test_dry_run_says_when_the_fix_is_off(capsys, plugin, monkeypatch):
     from sglang_cpkv import _report
 
-    monkeypatch.setattr("sglang_cpkv.plugin._registered", ("dsa-backends",))
     args = dsa.server_args(2, env.SM100, *dsa.FLASHMLA_SPARSE_FP8)
+    # after resolving: activate() registers every enabled hook that is missing
+    monkeypatch.setattr("sglang_cpkv.plugin._registered", ("dsa-backends",))
     section = _report.build_report(args, env.SM100)["ragged_offsets"]
     assert section["affected"] and section["fix"].startswith("OFF (ragged-offsets in ")

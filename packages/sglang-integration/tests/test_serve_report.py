@@ -52,7 +52,8 @@ def fresh_run() -> subprocess.CompletedProcess:
 
 def test_hooks_line_names_what_is_off(fresh_run):
     assert fresh_run.stdout.splitlines()[1] == (
-        "  cpkv hooks: config-repair, indexcache-overrides, tbo-index-sharing, dsa-backends; "
+        "  cpkv hooks: config-repair, indexcache-overrides, tbo-index-sharing, dsa-backends, "
+        "ragged-offsets; "
         "off: deepgemm-warmup (CPKV_DISABLE_HOOKS)"
     )
 
@@ -61,8 +62,9 @@ def test_warmup_with_its_hook_off_is_sglangs_list(fresh_run):
     lines = fresh_run.stdout.splitlines()
     assert "  cpkv's deepgemm-warmup hook is off: SGLang warms its own list" in lines
     (dense,) = [ln for ln in lines if ln.startswith("  GEMM_NT_F8F8BF16:")]
-    # SGLang 0.5.23 warms 1..2 * chunked Ms (131,072 at chunked 65,536) for every kernel
-    assert dense.startswith("  GEMM_NT_F8F8BF16: 131072 Ms up to 131072 per shape")
+    # SGLang 0.5.23 warms 1..2 * chunked Ms (131,072 at chunked 65,536) for every shape
+    assert dense.startswith("  GEMM_NT_F8F8BF16: 10 shapes 131072 Ms up to 131072 per shape")
+    assert not any(ln.startswith("    shrink: ") for ln in lines)
     assert "hook is off (CPKV_DISABLE_HOOKS)" in dense
     (total,) = [ln for ln in lines if "kernel Ms in all" in ln]
     ours, theirs = total.split(" kernel Ms in all (SGLang: ")

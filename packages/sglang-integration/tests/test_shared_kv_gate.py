@@ -29,7 +29,7 @@ BASE = [
 ]  # fmt: skip
 DECODE = {"fp8_e4m3": "flashmla_kv", "bfloat16": "flashmla_sparse"}
 
-# (prefill backend, KV dtype, gpu) -> works?  (docs/shared-kv.md, without the RAGGED-offset fix)
+# (prefill backend, KV dtype, gpu) -> works?  (docs/shared-kv.md, with the RAGGED-offset hook off)
 TABLE = {
     ("flashmla_kv", "fp8_e4m3", "sm90"): True,
     ("flashmla_kv", "fp8_e4m3", "sm100"): True,
@@ -85,8 +85,34 @@ def _case(backend: str, dtype: str, gpu: str) -> dict:
             "argv": [*argv, "--dsa-decode-backend", decode]}  # fmt: skip
 
 
+def _run_driver(tmp: Path, cases: list[dict], disable: str) -> dict:
+    """Every case through the dry-run driver in one fresh process, with ``disable`` hooks off."""
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "CPKV_DISABLE_HOOKS": disable}
+    env_vars.pop("CPKV_SHARED_KV", None)
+    driver = Path(__file__).parent / "_skv_dry_run_driver.py"
+    proc = subprocess.run(
+        [sys.executable, str(driver), str(tmp / "cases.json"), str(tmp / "out.json")],
+        env=env_vars, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert (tmp / "out.json").exists(), proc.stderr[-4000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+# the combinations only the RAGGED-offset fix admits
+def _sm(gpu: str) -> int:
+    return 9 if gpu == "sm90" else 10
+
+
+FIX_ADMITS = [
+    k for k, works in TABLE.items()
+    if not works and backend_verdict(k[0], k[1], _sm(k[2]), ragged_fixed=True).works
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
+    """The table's deployments with the RAGGED-offset hook off, plus the other cases."""
     tmp = tmp_path_factory.mktemp("gate")
     cases = [_case(*k) for k in TABLE]
     cases += [{"name": k, "gpu": g, "argv": [*BASE, *a]} for k, (a, g, _) in OTHER.items()]
@@ -99,16 +125,13 @@ def results(tmp_path_factory) -> dict:
         {"name": title, "gpu": "sm100" if "SM100" in title else "sm90", "argv": argv}
         for title, argv in DOC.items()
     ]
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env_vars.pop("CPKV_SHARED_KV", None)
-    driver = Path(__file__).parent / "_skv_dry_run_driver.py"
-    proc = subprocess.run(
-        [sys.executable, str(driver), str(tmp / "cases.json"), str(tmp / "out.json")],
-        env=env_vars, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    assert (tmp / "out.json").exists(), proc.stderr[-4000:]
-    return json.loads((tmp / "out.json").read_text())
+    return _run_driver(tmp, cases, disable="ragged-offsets")
+
+
+@pytest.fixture(scope="module")
+def results_fixed(tmp_path_factory) -> dict:
+    """The combinations the RAGGED-offset fix admits, with every default hook on."""
+    return _run_driver(tmp_path_factory.mktemp("gate-fixed"), [_case(*k) for k in FIX_ADMITS], "")
 
 
 @pytest.mark.parametrize(("backend", "dtype", "gpu"), list(TABLE))
@@ -135,8 +158,16 @@ def test_gate_function_agrees(backend, dtype, gpu):
 
 
 def test_ragged_fix_admits_the_ragged_combinations():
-    for backend in ("flashmla_sparse", "triton_sparse_mla", "flashmla_auto"):
-        assert backend_verdict(backend, "fp8_e4m3", 10, ragged_fixed=True).works
+    assert sorted(FIX_ADMITS) == sorted(k for k in TABLE if k[1] == "fp8_e4m3" and not TABLE[k])
+
+
+@pytest.mark.parametrize(("backend", "dtype", "gpu"), FIX_ADMITS)
+def test_gate_with_the_ragged_fix_on(results_fixed, backend, dtype, gpu):
+    """With the hook registered (the default) SGLang's resolver admits what the fix repairs."""
+    r = results_fixed[f"{backend}/{dtype}/{gpu}"]
+    assert r["code"] == 0, r["stderr"]
+    verdict = backend_verdict(backend, dtype, _sm(gpu), ragged_fixed=True)
+    assert verdict.reason in json.dumps(r["report"]["shared_kv"]["backends"]["why"])
 
 
 @pytest.mark.parametrize("name", list(OTHER))

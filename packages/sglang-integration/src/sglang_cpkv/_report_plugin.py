@@ -35,14 +35,16 @@ def warmup_as_sglang_runs_it(section: dict[str, Any], hooks_on: list[str]) -> di
     """
     if WARMUP_HOOK in hooks_on or "kernels" not in section:
         return section
+    why = f"SGLang's own list: the {WARMUP_HOOK} hook is off (CPKV_DISABLE_HOOKS)"
     out = _take_sglang_values(section)
     out["kernels"] = {
-        name: {
-            **_take_sglang_values(row),
-            "reason": f"SGLang's own list: the {WARMUP_HOOK} hook is off (CPKV_DISABLE_HOOKS)",
-        }
+        name: {**_take_sglang_values(row), "shrink": 0, "reason": why}
         for name, row in section["kernels"].items()
     }
+    out["shapes"] = [
+        {**_take_sglang_values(row), "shrinks": False, "reason": why}
+        for row in section.get("shapes", [])
+    ]
     out["hook"] = "off"
     return out
 
