@@ -131,7 +131,9 @@ def test_per_layer_step_matches_torch(setup, mode):
         torch.cuda.synchronize()
         assert torch.equal(scratch, want_scratch), backend
         assert torch.equal(index_scratch, want_index), backend
-        assert torch.equal(local, want_local), backend
+        # page 0 is SGLang's padding page: every non-owned current row lands there, in an
+        # order index_copy_ does not fix (duplicate rows); it is never read
+        assert torch.equal(local[1:], want_local[1:]), backend
         assert torch.equal(reads, want_reads), backend
 
 
