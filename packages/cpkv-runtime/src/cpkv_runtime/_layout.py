@@ -1,8 +1,9 @@
 """The dense layout: one slot per (request, page), deduplicated where it is safe.
 
 Keying by ``(request, page)`` instead of by page value is the fix for the cross-request KV bug
-(DESIGN §1): a value-keyed inverse ``inverse[page] = slot`` is last-writer-wins, so at batch size
-> 1 one request can be remapped into another's slot and read its current KV.
+(docs/design.md, "The bug this exists to fix"): a value-keyed inverse ``inverse[page] = slot``
+is last-writer-wins, so at batch size > 1 one request can be remapped into another's slot and
+read its current KV.
 """
 
 from __future__ import annotations
