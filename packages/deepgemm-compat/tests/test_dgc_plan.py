@@ -224,7 +224,7 @@ def test_to_dict_is_compact():
         ),
         (
             lambda: plan_warmup(glm51_reduced_shapes(), 8192, floor=0),
-            "floor and mk_alignment must be >= 1",
+            "floor must be >= 1",
         ),
         (lambda: glm51_shapes(attn_tp=3), "attn_tp=3 must be >= 1 and divide 64"),
         (lambda: glm51_shapes(ep=7), "ep=7 must be >= 1 and divide 256"),
