@@ -66,9 +66,9 @@ def test_plan_json(run):
 @pytest.mark.parametrize(
     ("argv", "pattern"),
     [
-        (("plan", "--cp", "0"), "CP size must be a positive int"),
-        (("plan", "--draft-cp"), "draft_cp=True needs draft=True"),
-        (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide 256"),
+        (("plan", "--cp", "0"), "--cp must be >= 1, got 0"),
+        (("plan", "--draft-cp"), "--draft-cp says the draft model runs under CP; it needs --draft"),
+        (("plan", "--ep", "7"), "--ep must divide 256 (GLM-5.1's 256 routed experts"),
         (("plan", "--m-list", "upstream"), "invalid choice: 'upstream'"),
     ],
 )
