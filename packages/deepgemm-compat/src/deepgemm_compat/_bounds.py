@@ -46,8 +46,9 @@ MAX_SHAPES = 4096
 (78 layers x 15 GEMMs = 1,170) fits three times over."""
 
 MAX_KERNELS = 64
-"""Most distinct (kernel, N, K, groups) in one plan: GLM-5.1 has 15 with every option on; each
-costs up to 2 MiB of M lists (see the module docstring)."""
+"""Most distinct (kernel, N, K, groups) in one plan: GLM-5.1 has at most 15 with every option on
+(14 at ``dense_tp=1``, where ``mlp.down_proj`` and ``nextn.eh_proj`` share one); each costs up to
+2 MiB of M lists (see the module docstring)."""
 
 MAX_M_LIST = 128 * 1024
 """Longest M list SGLang 0.5.23 warms (full mode: ``min(2 * chunked, 131072)`` Ms)."""
@@ -129,8 +130,8 @@ def check_plan_inputs(
         if len(kernels) > MAX_KERNELS:
             raise InputError(
                 f"plan_warmup plans at most {MAX_KERNELS} distinct (kernel, N, K, groups) (GLM-5.1 "
-                f"has 15; each holds up to 2 MiB of M lists), got more by shapes[{i}]; fix: plan "
-                f"one model at a time"
+                f"has at most 15; each holds up to 2 MiB of M lists), got more by shapes[{i}]; "
+                f"fix: plan one model at a time"
             )
     check_chunked(chunked_prefill_size)
     if cp is not None and not isinstance(cp, CPSetup):
