@@ -337,3 +337,75 @@ def test_head_dash_3_is_quiet():
 def test_closed_stdout_keeps_the_exit_code_of_an_error():
     proc = _closed_stdout_run("plan", "--chunked", "-5")
     assert proc.returncode == 2 and proc.stderr.startswith("deepgemm-compat plan: error: --chunk")
+
+
+# Output that cannot be written -----------------------------------------------------------------
+WRITE_ERROR = "error: cannot write the output to stdout (No space left on device), so it is "
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--chunked", "65536", "--cp", "8"],
+        ["plan", "--format", "json"],
+        ["doctor", "--no-import"],
+        ["--help"],
+        ["plan", "--help"],
+    ],
+)
+def test_a_full_disk_is_one_line(argv):
+    """``> /dev/full``: every write fails with ENOSPC, as on a full disk. argparse alone would drop
+    the --help text silently and exit 0; a plan would end in a traceback."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepgemm_compat", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert WRITE_ERROR in proc.stderr and "fix: send it to a file" in proc.stderr
+
+
+def _limit_file_size() -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+
+
+def test_a_file_over_its_size_limit_is_one_line(tmp_path):
+    """A real failing write part-way: the kernel refuses the file past 1000 bytes (EFBIG)."""
+    out = tmp_path / "plan.json"
+    with out.open("w") as f:
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepgemm_compat", "plan", "--format", "json"],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=600,
+            preexec_fn=_limit_file_size,
+        )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "cannot write the output to stdout (File too large), so it is incomplete" in proc.stderr
+    assert out.stat().st_size <= 1000
+
+
+def test_a_closed_stdout_descriptor_is_one_line():
+    """Started with fd 1 closed (``>&-``): Python sets sys.stdout to None and print drops text."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepgemm_compat", "plan"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        timeout=600,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "error: stdout is closed, so there is nowhere to write the output" in proc.stderr

@@ -1,7 +1,8 @@
 """``deepgemm-compat``: check the installed sgl-deep-gemm, and plan a CP-aware warmup.
 
 Exit codes: 0 ok, 1 a blocking problem found (doctor), 2 bad input: one line on stderr names the
-input, its bound and the fix, before anything is built. A reader that closes stdout early
+input, its bound and the fix, before anything is built; 2 also for a stdout that cannot be written
+(a full disk: one line says the output is incomplete). A reader that closes stdout early
 (``| head -3``) ends the output quietly; the exit status stays the command's own.
 """
 
@@ -21,7 +22,7 @@ from deepgemm_compat._bounds import (
     check_chunked,
     check_int,
 )
-from deepgemm_compat._cli_io import OneLineParser, emit
+from deepgemm_compat._cli_io import OneLineParser, OutputError, emit
 from deepgemm_compat._glm51 import GLM51
 from deepgemm_compat._mlist import SOURCE_ENV, SOURCES
 from deepgemm_compat.errors import InputError
@@ -247,12 +248,14 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``deepgemm-compat`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    command = "deepgemm-compat"
     try:
+        args = _parser().parse_args(argv)  # --help prints through emit
+        command += f" {args.command}"
         return _plan(args) if args.command == "plan" else _doctor(args)
-    except ValueError as exc:  # InputError and the library's own checks (CPSetup, shapes)
+    except (ValueError, OutputError) as exc:  # InputError, the library's checks, a full disk
         message = " ".join(str(exc).split("\n")[0].split())
-        print(f"deepgemm-compat {args.command}: error: {message}", file=sys.stderr)
+        print(f"{command}: error: {message}", file=sys.stderr)
         return 2
 
 
