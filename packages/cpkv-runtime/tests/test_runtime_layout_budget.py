@@ -6,7 +6,9 @@
   tensors, so a (100,000 x 100,000) ``req_pages`` costs one element;
 - the estimate is an upper bound on what a plan really takes: the peak RSS (VmHWM) of a fresh
   process running one, on every CPU backend that plans, is at most the estimate;
-- a per-forward plan (at most 64 MiB) asks the device nothing; an explicit budget always applies.
+- a per-forward plan (at most 64 MiB) asks the device nothing; an explicit budget always applies;
+- random sizes (hypothesis) beside the fixed table: any budget below the estimate is refused first,
+  any at or above it lets the plan through.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pytest
 import torch
 from cpkv_runtime import _layout_budget
 from cpkv_runtime._layout_budget import ENV, layout_bytes
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -286,3 +290,56 @@ def test_cuda_budget_and_no_host_sync(monkeypatch):
             )
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+# Random sizes beside the fixed table -----------------------------------------------------------
+OPS = st.sampled_from(["plan_layout", "plan_layout_static"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    op=OPS,
+    bsz=st.one_of(st.integers(0, 64), st.integers(0, 10**7)),
+    width=st.one_of(st.integers(0, 64), st.integers(0, 10**7)),
+    num_pages=st.one_of(st.integers(1, 2**20), st.integers(1, 10**12)),
+    max_slots=st.one_of(st.none(), st.integers(0, 10**13)),
+    below=st.one_of(st.just(1), st.integers(1, 2**50)),
+    validate=st.booleans(),
+)
+@example("plan_layout", 1, 1, 10**10, None, 1, True)
+def test_any_size_over_its_budget_is_refused_first(
+    op, bsz, width, num_pages, max_slots, below, validate
+):
+    """However the sizes combine, a budget below the estimate is refused with one line naming the
+    budget, before any tensor larger than the (expanded, one-element) inputs exists."""
+    static = op == "plan_layout_static"
+    max_slots = max_slots if static else None
+    slots = (bsz * width if max_slots is None else max_slots) if static else bsz * width
+    need = layout_bytes(bsz, width, num_pages, slots, static)
+    assert need >= 4 * bsz * num_pages + 2**20  # the exact inverse term, and the fixed one
+    max_bytes = max(need - below, 0)
+    kw = {"validate": validate, "num_tokens": bsz} if static else {}
+    with _LargestTensor() as watch, pytest.raises(cr.LayoutError) as info:
+        _call(op, bsz, width, num_pages, max_slots, max_bytes, **kw)
+    message = str(info.value)
+    assert "\n" not in message and "over the budget of " in message and "(max_bytes=)" in message
+    assert message.startswith(f"{op} of ") and "fix: " in message
+    assert watch.largest <= 4
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    op=OPS,
+    bsz=st.integers(1, 8),
+    width=st.integers(1, 8),
+    spare=st.integers(0, 2**16),
+    over=st.integers(0, 2**20),
+)
+def test_a_plan_within_its_budget_runs(op, bsz, width, spare, over):
+    """The same check lets every plan at or under its budget through, and the plan is made."""
+    pages = torch.arange(bsz * width, dtype=torch.int32).view(bsz, width)
+    num_pages = bsz * width + spare
+    need = layout_bytes(bsz, width, num_pages, bsz * width, op == "plan_layout_static")
+    plan = cr.plan_layout if op == "plan_layout" else cr.plan_layout_static
+    layout = plan(pages, [0] * bsz, [64 * width] * bsz, 64, num_pages, max_bytes=need + over)
+    assert layout.num_slots == bsz * width and layout.inverse.shape[1] == num_pages
