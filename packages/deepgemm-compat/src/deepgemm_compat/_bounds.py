@@ -46,9 +46,8 @@ MAX_SHAPES = 4096
 (78 layers x 15 GEMMs = 1,170) fits three times over."""
 
 MAX_KERNELS = 64
-"""Most distinct (kernel, N, K, groups) in one plan: GLM-5.1 has at most 15 with every option on
-(14 at ``dense_tp=1``, where ``mlp.down_proj`` and ``nextn.eh_proj`` share one); each costs up to
-2 MiB of M lists (see the module docstring)."""
+"""Most distinct (kernel, N, K, groups) in one plan: ``glm51_shapes`` gives at most 15 with every
+option on, over any TP sizes; each costs up to 2 MiB of M lists (see the module docstring)."""
 
 MAX_M_LIST = 128 * 1024
 """Longest M list SGLang 0.5.23 warms (full mode: ``min(2 * chunked, 131072)`` Ms)."""
