@@ -71,10 +71,11 @@ def test_plan_json(run):
 @pytest.mark.parametrize(
     ("argv", "pattern"),
     [
-        (("plan", "--cp", "0"), "CP size must be a positive int"),
-        (("plan", "--draft-cp"), "draft_cp=True needs draft=True"),
-        (("plan", "--ep", "7"), "ep=7 must be >= 1 and divide n_routed_experts (256)"),
-        (("plan", "--dense-tp", "5"), "dense_tp=5 must be >= 1 and divide intermediate_size"),
+        (("plan", "--cp", "0"), "--cp must be >= 1, got 0"),
+        (("plan", "--draft-cp"), "--draft-cp says the draft model runs under CP; it needs --draft"),
+        (("plan", "--ep", "7"), "--ep must divide 256 (GLM-5.1's 256 routed experts"),
+        (("plan", "--dense-tp", "5"), "--dense-tp must divide 12288 (GLM-5.1's 12288 dense MLP"),
+        (("plan", "--shared-tp", "3"), "--shared-tp must divide 2048 (GLM-5.1's 2048 shared-exp"),
         (("plan", "--m-list", "upstream"), "invalid choice: 'upstream'"),
     ],
 )

@@ -300,7 +300,7 @@ def test_to_dict_is_compact():
         ),
         (
             lambda: plan_warmup(glm51_reduced_shapes(), 8192, floor=0),
-            "floor and mk_alignment must be >= 1",
+            "floor must be >= 1",
         ),
         (
             lambda: glm51_shapes(attn_tp=3),

@@ -13,6 +13,9 @@ Environment variables:
   entry points (for ``PYTHONPATH`` checkouts); unset by default.
 - ``CPKV_CP_SPLIT_MAX_BYTES``: memory budget (bytes) of ``cp_split``; unset: what the device can
   host now (CUDA free + cached memory, CPU ``MemAvailable``); ``max_bytes=`` overrides it per call.
+- ``CPKV_LAYOUT_MAX_BYTES``: memory budget (bytes) of ``plan_layout`` and ``plan_layout_static``;
+  unset: what the device can host now, asked only for a plan over 64 MiB and never while a CUDA
+  graph is captured; ``max_bytes=`` overrides it per call.
 """
 
 from ._backend import OP_NAMES, PRIORITY, Backend

@@ -20,19 +20,17 @@ Estimate (counted from the code, each an upper bound on tensors alive at once):
   block sizes and starts and their per-rank ``(cp_size, 2B)`` rearrangements;
 - ``RANK_BYTES`` = 64 per rank (per-rank counts and picks).
 
-Budget, first set wins: the ``max_bytes=`` argument; ``CPKV_CP_SPLIT_MAX_BYTES`` (bytes); else what
-the device can host now: on CUDA the free memory plus what PyTorch's caching allocator holds
-unused; on CPU ``MemAvailable`` from /proc/meminfo. On another device, or where that cannot be
-read, there is no default budget.
+Budget, first set wins (see ``_budget``): the ``max_bytes=`` argument; ``CPKV_CP_SPLIT_MAX_BYTES``
+(bytes); else what the device can host now (CUDA free + cached memory, CPU ``MemAvailable``).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
+from ._budget import count, gib, resolve_budget
 from ._cp_rows import round_up
 from .errors import LayoutError
 
@@ -72,7 +70,7 @@ def check_budget(
     max_bytes: int | None,
 ) -> None:
     """Raise :class:`LayoutError` if the split would allocate more than the budget."""
-    budget, source = _budget(extend.device, max_bytes)
+    budget, source = resolve_budget(extend.device, max_bytes, ENV)
     if budget is None:
         return
     row_bytes = [math.prod(c.shape[1:]) * c.element_size() for c in companions]
@@ -112,53 +110,10 @@ def _refuse(
     if blocks:
         rows += f", 2 * cp_size * B = {blocks:,} zigzag block entries"
     rows += f", {cp:,} per-rank entries"
-    size = ("at least " if at_least else "") + _gib(need)
+    size = ("at least " if at_least else "") + gib(need)
     raise LayoutError(
-        f"cp_split(cp_size={cp}, strategy={strategy!r}) of {_count(total, 'token')} in "
-        f"{_count(batch, 'request')} would allocate {size} ({rows}), over the budget of "
-        f"{_gib(budget)} ({source}); fix: lower cp_size or split the batch, or raise the budget "
+        f"cp_split(cp_size={cp}, strategy={strategy!r}) of {count(total, 'token')} in "
+        f"{count(batch, 'request')} would allocate {size} ({rows}), over the budget of "
+        f"{gib(budget)} ({source}); fix: lower cp_size or split the batch, or raise the budget "
         f"with max_bytes= or {ENV}"
     )
-
-
-def _budget(device: torch.device, max_bytes: int | None) -> tuple[int | None, str]:
-    if max_bytes is not None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise LayoutError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r}")
-        return max_bytes, "max_bytes="
-    if (env := os.environ.get(ENV, "").strip()) != "":
-        if not env.isdigit():
-            raise LayoutError(f"{ENV}={env!r} is not a byte count; fix: set it to e.g. 8589934592")
-        return int(env), f"{ENV}={env}"
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return free + cached, f"free memory of {device}"
-    if device.type == "cpu":
-        available = _mem_available()
-        return available, "MemAvailable of this host"
-    return None, ""
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def _gib(n: int) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:,.2f} GiB"
-    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"

@@ -15,6 +15,7 @@ import torch
 
 from ._checks import any_true, as_index, check_count, raise_first, same_device, snippet
 from ._dispatch import dispatch
+from ._layout_budget import check_layout_budget
 from ._torch_ops import current_page_mask as current_page_mask_torch
 from ._torch_plan import STATUS_CAPACITY
 from .errors import LayoutError
@@ -233,6 +234,7 @@ def plan_layout(
     *,
     dedup: bool = True,
     backend: str | None = None,
+    max_bytes: int | None = None,
 ) -> Layout:
     """Give every ``(request, page)`` of a batch a dense slot, and build the per-request inverse.
 
@@ -256,13 +258,17 @@ def plan_layout(
         num_pages: pool size.
         dedup: share read-only slots across requests.
         backend: force the backend that builds ``inverse`` (``torch``/``triton``/``cuda``).
+        max_bytes: memory budget of the plan. Default: ``$CPKV_LAYOUT_MAX_BYTES``, else what the
+            device can host now (CUDA: free plus cached-unused memory; CPU: ``MemAvailable``).
+            The size follows from the shapes: ``inverse`` alone is ``B * num_pages * 4`` bytes.
 
     Returns:
         A frozen :class:`Layout` on ``req_pages``'s device.
 
     Raises:
         LayoutError: out-of-range or -1 pages where a request uses them, a page listed twice by
-            one request, lengths that disagree, non-integer indices, mixed devices.
+            one request, lengths that disagree, non-integer indices, mixed devices; a plan over
+            the budget, before anything of its size is allocated (``_layout_budget``).
     """
     page_size = check_count(page_size, "page_size", 1)
     num_pages = check_count(num_pages, "num_pages", 1)
@@ -270,6 +276,7 @@ def plan_layout(
     prefix = as_index(prefix_lens, "prefix_lens", 1, req_pages.device)
     extend = as_index(extend_lens, "extend_lens", 1, req_pages.device)
     same_device(req_pages=req_pages, prefix_lens=prefix, extend_lens=extend)
+    check_layout_budget("plan_layout", req_pages, num_pages, None, max_bytes)
     pages_used, used = _validate(req_pages, prefix, extend, page_size, num_pages)
 
     bsz, max_pages = req_pages.shape

@@ -17,6 +17,7 @@ import torch
 from ._checks import as_index, check_count, same_device
 from ._dispatch import dispatch
 from ._layout import Layout, raise_for_status
+from ._layout_budget import check_layout_budget
 from .errors import LayoutError
 
 __all__ = ["plan_layout_static"]
@@ -34,6 +35,7 @@ def plan_layout_static(
     dedup: bool = True,
     validate: bool = True,
     backend: str | None = None,
+    max_bytes: int | None = None,
 ) -> Layout:
     """:func:`plan_layout` with shapes fixed by capacity: at most one host sync, capturable.
 
@@ -62,6 +64,9 @@ def plan_layout_static(
         dedup: share read-only slots across requests.
         validate: check the input and the capacity (one host sync).
         backend: force the backend of ``plan_slots`` (``torch``/``triton``/``cuda``).
+        max_bytes: memory budget, as for :func:`plan_layout` (``$CPKV_LAYOUT_MAX_BYTES``, else
+            what the device can host; a plan of at most 64 MiB, or one made while a CUDA graph is
+            captured, asks the device nothing). Checked from the shapes: no host sync.
 
     Returns:
         A frozen padded :class:`Layout` on ``req_pages``'s device.
@@ -69,7 +74,8 @@ def plan_layout_static(
     Raises:
         LayoutError: with ``validate``, everything :func:`plan_layout` raises, a capacity that
             is too small, or a ``num_tokens`` that disagrees; without, only metadata errors
-            (shapes, dtypes, devices, counts).
+            (shapes, dtypes, devices, counts). Always: a plan over the budget, before anything of
+            its size is allocated.
     """
     page_size = check_count(page_size, "page_size", 1)
     num_pages = check_count(num_pages, "num_pages", 1)
@@ -87,6 +93,7 @@ def plan_layout_static(
     max_slots = bsz * max_pages if max_slots is None else check_count(max_slots, "max_slots", 0)
     if num_tokens is not None:
         num_tokens = check_count(num_tokens, "num_tokens", 0)
+    check_layout_budget("plan_layout_static", req_pages, num_pages, max_slots, max_bytes)
 
     fn = dispatch("plan_slots", device, backend)
     pages, lens, slot_table, slot_page, slot_owner, inverse, info = fn(

@@ -7,6 +7,7 @@ import platform
 
 from deepgemm_compat import _detect
 from deepgemm_compat._kernel_pkg import find_kernel_package
+from deepgemm_compat._pdl import PDL_ENV, pdl_from_env
 
 
 def _try_import() -> dict:
@@ -66,6 +67,17 @@ def report(do_import: bool = True) -> dict:
         "problems": [p.__dict__ for p in problems],
         "import": None,
     }
+    try:
+        pdl_from_env()
+    except ValueError as exc:  # apply_pdl would raise the same
+        doc["problems"].append(
+            {
+                "code": "pdl-env",
+                "message": f"{exc}; deepgemm_compat.apply_pdl refuses it",
+                "blocking": False,
+                "fix": f"set {PDL_ENV}=1 or {PDL_ENV}=0, or unset it (on)",
+            }
+        )
     if not kernel.ok:
         doc["problems"].append(
             {

@@ -14,9 +14,9 @@ import importlib.metadata as md
 import os
 from dataclasses import dataclass
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from deepgemm_compat.errors import KernelPackageError
+from deepgemm_compat.errors import InputError, KernelPackageError
 
 MIN_ENV = "DEEPGEMM_COMPAT_MIN_SGL_KERNEL"
 SKIP_ENV = "DEEPGEMM_COMPAT_SKIP_KERNEL_CHECK"
@@ -42,9 +42,19 @@ def find_kernel_package(minimum: str | None = None) -> KernelPackage:
     Args:
         minimum: the lowest accepted version; ``None`` reads ``DEEPGEMM_COMPAT_MIN_SGL_KERNEL``
             (default ``0.4.9``).
+
+    Raises:
+        InputError: ``minimum`` (or the variable) is not a version.
     """
+    source = "minimum" if minimum else MIN_ENV
     minimum = minimum or os.environ.get(MIN_ENV) or DEFAULT_MINIMUM
-    floor = Version(minimum)
+    try:
+        floor = Version(minimum)
+    except InvalidVersion:
+        raise InputError(
+            f"{source}={minimum!r} is not a version; fix: set it to one such as "
+            f"{DEFAULT_MINIMUM}, or unset it for that default"
+        ) from None
     for name in DIST_NAMES:
         try:
             version = md.version(name)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from deepgemm_compat._bounds import check_plan_inputs
 from deepgemm_compat._cp_rows import max_rank_rows
 from deepgemm_compat._mlist import fast_sample, resolve_m_list
 from deepgemm_compat._shapes import CPSetup, CPSplit, GemmShape, KernelType, Rows
@@ -234,7 +235,13 @@ def plan_warmup(
         mk_alignment: ``get_mk_alignment_for_contiguous_layout()`` (128 on SM90/SM100).
         source: where SGLang's list comes from: ``"auto"``, ``"sglang"`` or ``"copy"``
             (see :func:`deepgemm_compat.warmup.resolve_m_list`).
+
+    Raises:
+        InputError: an input out of its bound (``deepgemm_compat._bounds``: chunked -1 or
+            1..2**31-1, CP size <= 72, at most 4096 shapes and 64 distinct kernels, dimensions,
+            floor and alignment in range), before anything is built.
     """
+    check_plan_inputs(shapes, chunked_prefill_size, cp, floor, mk_alignment)
     cp = cp or CPSetup()
     if not shapes:
         raise ValueError("plan_warmup needs at least one GemmShape")

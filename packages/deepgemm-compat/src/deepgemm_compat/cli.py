@@ -1,6 +1,9 @@
 """``deepgemm-compat``: check the installed sgl-deep-gemm, and plan a CP-aware warmup.
 
-Exit codes: 0 ok, 1 a blocking problem found (doctor), 2 bad arguments.
+Exit codes: 0 ok, 1 a blocking problem found (doctor), 2 bad input: one line on stderr names the
+input, its bound and the fix, before anything is built; 2 also for a stdout that cannot be written
+(a full disk: one line says the output is incomplete). A reader that closes stdout early
+(``| head -3``) ends the output quietly; the exit status stays the command's own.
 """
 
 from __future__ import annotations
@@ -8,8 +11,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from deepgemm_compat._bounds import (
+    DSA_PAGE_SIZE,
+    INT32_MAX,
+    MAX_DSA_CP,
+    MAX_MK_ALIGNMENT,
+    check_chunked,
+    check_int,
+)
+from deepgemm_compat._cli_io import OneLineParser, OutputError, emit
+from deepgemm_compat._glm51 import GLM51
 from deepgemm_compat._mlist import SOURCE_ENV, SOURCES
+from deepgemm_compat.errors import InputError
+
+if TYPE_CHECKING:
+    from deepgemm_compat.warmup import CPSetup, WarmupPlan
 
 DESCRIPTION = """\
 Check and plan sgl-deep-gemm for SGLang deployments.
@@ -32,12 +51,40 @@ roundup(ceil(m_max / cp), cp). Zigzag: no shrink, because a batch with an extend
 FFN input over attention CP) and grouped MoE GEMMs keep SGLang's list. With a draft model
 outside CP (--draft without --draft-cp) nothing shrinks.
 
+Bounds (each refused with one line naming it): --chunked is -1 (off; SGLang treats 0 and other
+negatives as off in some places and as on in others) or a multiple of 64 (SGLang's DSA page
+size) up to 2**31 - 1; --cp 1..8 (SGLang 0.5.23 runs DSA prefill CP within one 8-GPU node);
+--ep divides 256, --attn-tp 64, --dense-tp 12288 and --shared-tp 2048 (GLM-5.1's experts,
+heads, dense MLP and shared-expert widths); --floor 1..2**31 - 1;
+--mk-alignment 1..1024.
+
 example: deepgemm-compat plan --chunked 65536 --cp 8 --split interleave
 """
 
+# flag -> (lowest, highest, why not higher); checked before anything is built
+_SHARED_WIDTH = GLM51["moe_intermediate_size"] * GLM51["n_shared_experts"]
+_PLAN_BOUNDS = {
+    "cp": (
+        1,
+        MAX_DSA_CP,
+        "SGLang 0.5.23 runs DSA prefill CP within one 8-GPU node: it asserts tp_size <= 8 and "
+        "that --attn-cp-size divides it",
+    ),
+    "floor": (1, INT32_MAX, "a GEMM's M is a C int in DeepGEMM"),
+    "ep": (1, GLM51["n_routed_experts"], "GLM-5.1 has 256 routed experts"),
+    "attn_tp": (1, GLM51["num_attention_heads"], "GLM-5.1 has 64 attention heads"),
+    "dense_tp": (1, GLM51["intermediate_size"], "GLM-5.1's dense MLP is 12288 wide"),
+    "shared_tp": (1, _SHARED_WIDTH, "GLM-5.1's shared expert is 2048 wide"),
+    "mk_alignment": (
+        1,
+        MAX_MK_ALIGNMENT,
+        "DeepGEMM's alignment is its block M, 128 in every sgl-deep-gemm wheel",
+    ),
+}
+
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="deepgemm-compat",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -58,9 +105,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     plan.add_argument(
-        "--chunked", type=int, default=8192, help="--chunked-prefill-size (-1 = off); 8192"
+        "--chunked",
+        type=int,
+        default=8192,
+        help="SGLang's --chunked-prefill-size: -1 (off) or a multiple of 64; 8192",
     )
-    plan.add_argument("--cp", type=int, default=1, help="CP size of the prefill ranks; 1")
+    plan.add_argument("--cp", type=int, default=1, help="CP size of the prefill ranks, 1..8; 1")
     plan.add_argument(
         "--split",
         choices=("zigzag", "interleave", "none"),
@@ -102,9 +152,47 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _check_plan_args(args: argparse.Namespace) -> None:
+    """Every bound and combination of ``plan``'s flags, first problem first."""
+    check_chunked(args.chunked, "--chunked")
+    if args.chunked > 0 and args.chunked % DSA_PAGE_SIZE:
+        raise InputError(
+            f"--chunked {args.chunked} is not a multiple of {DSA_PAGE_SIZE}: SGLang 0.5.23 asserts "
+            f"chunked_prefill_size % page_size == 0, and DSA models run with page_size "
+            f"{DSA_PAGE_SIZE}; fix: --chunked {-(-args.chunked // DSA_PAGE_SIZE) * DSA_PAGE_SIZE}"
+        )
+    for name, (low, high, why) in _PLAN_BOUNDS.items():
+        check_int(getattr(args, name), "--" + name.replace("_", "-"), low, high, why)
+    for name, total, what in (
+        ("ep", GLM51["n_routed_experts"], "routed experts"),
+        ("attn_tp", GLM51["num_attention_heads"], "attention heads"),
+        ("dense_tp", GLM51["intermediate_size"], "dense MLP columns"),
+        ("shared_tp", _SHARED_WIDTH, "shared-expert columns"),
+    ):
+        if total % getattr(args, name):
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                f"{flag} must divide {total} (GLM-5.1's {total} {what} are split evenly), got "
+                f"{getattr(args, name)}; fix: {flag} {_nearest_divisor(total, getattr(args, name))}"
+            )
+    if args.draft_cp and not args.draft:
+        raise InputError("--draft-cp says the draft model runs under CP; it needs --draft")
+    if args.fast_to_chunk and not args.fast:
+        raise InputError("--fast-to-chunk continues SGLang's fast M list; it needs --fast")
+
+
+def _nearest_divisor(total: int, value: int) -> int:
+    return max(d for d in range(1, total + 1) if total % d == 0 and d <= value)
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _plan(args: argparse.Namespace) -> int:
     from deepgemm_compat.warmup import CPSetup, glm51_reduced_shapes, glm51_shapes, plan_warmup
 
+    _check_plan_args(args)
     if args.shapes == "glm51":
         shapes = glm51_shapes(
             attn_tp=args.attn_tp, dense_tp=args.dense_tp, shared_tp=args.shared_tp, ep=args.ep,
@@ -113,63 +201,79 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         shapes = glm51_reduced_shapes(ep=args.ep)
     cp = CPSetup(args.cp, args.split, args.draft, args.draft_cp)
-    plan = plan_warmup(
-        shapes, args.chunked, cp, fast=args.fast, fast_to_chunk=args.fast_to_chunk,
-        floor=args.floor, mk_alignment=args.mk_alignment, source=args.m_list,
-    )  # fmt: skip
+    try:
+        plan = plan_warmup(
+            shapes, args.chunked, cp, fast=args.fast, fast_to_chunk=args.fast_to_chunk,
+            floor=args.floor, mk_alignment=args.mk_alignment, source=args.m_list,
+        )  # fmt: skip
+    except ImportError as exc:  # SGLang's list asked for where sglang does not import
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(
+            f"SGLang's own M list was asked for (--m-list sglang or ${SOURCE_ENV}=sglang) but "
+            f"sglang does not import here ({first}); fix: install sglang, or pass --m-list copy "
+            f"(held equal to sglang 0.5.23)"
+        ) from None
     if args.format == "json":
-        print(json.dumps(plan.to_dict(), indent=1))
-        return 0
+        emit(json.dumps(plan.to_dict(), indent=1))
+    else:
+        emit(_render_plan(plan, cp))
+    return 0
+
+
+def _render_plan(plan: WarmupPlan, cp: CPSetup) -> str:
     head = (
         f"{'shape':<44} {'kernel':<32} {'N':>6} {'K':>6} {'G':>3} {'rows':<8} "
         f"{'Ms before':>10} {'Ms after':>9}  reason"
     )
-    print(
+    lines = [
         f"chunked_prefill_size={plan.chunked_prefill_size} fast={plan.fast} cp={cp.size} "
-        f"split={cp.split.value} draft={cp.draft} draft_cp={cp.draft_cp}"
-    )
-    print(f"SGLang's M list: {plan.m_list_source}")
-    rows = "" if plan.cap.rows is None else f"; a rank runs at most {plan.cap.rows} rows"
-    print(
+        f"split={cp.split.value} draft={cp.draft} draft_cp={cp.draft_cp}",
+        f"SGLang's M list: {plan.m_list_source}",
+    ]
+    rows = "" if plan.cap.rows is None else f"; a rank runs at most {_count(plan.cap.rows, 'row')}"
+    lines.append(
         f"m_max {plan.m_max} -> dense {plan.dense_m_max} (forwards up to "
-        f"{plan.cap.forward_tokens} tokens{rows})"
+        f"{_count(plan.cap.forward_tokens, 'token')}{rows})"
     )
     if plan.fast_to_chunk:
-        print(f"fast_to_chunk: {len(plan.fast_to_chunk)} Ms added up to {plan.fast_to_chunk[-1]}")
-    print(head)
-    print("-" * len(head))
+        added = _count(len(plan.fast_to_chunk), "M", "Ms")
+        lines.append(f"fast_to_chunk: {added} added up to {plan.fast_to_chunk[-1]}")
+    lines += [head, "-" * len(head)]
     for e in plan.entries:
         s = e.shape
-        print(
+        lines.append(
             f"{s.name:<44} {s.kernel.value:<32} {s.n:>6} {s.k:>6} {s.groups:>3} "
             f"{'-' if s.kernel.grouped else s.rows.value:<8} "
             f"{len(e.before):>10} {len(e.after):>9}  {e.reason}"
         )
-    print("-" * len(head))
+    lines.append("-" * len(head))
     saved = plan.before_total - plan.after_total
     pct = 100 * saved / plan.before_total if plan.before_total else 0.0
-    print(
+    lines.append(
         f"{'total':<44} {'':<32} {'':>6} {'':>6} {'':>3} {'':<8} {plan.before_total:>10} "
-        f"{plan.after_total:>9}  {saved} fewer warmup calls ({pct:.0f}%)"
+        f"{plan.after_total:>9}  {_count(saved, 'fewer warmup call')} ({pct:.0f}%)"
     )
-    return 0
+    return "\n".join(lines)
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from deepgemm_compat._doctor import render_text, report
 
     doc = report(do_import=not args.no_import)
-    print(json.dumps(doc, indent=1) if args.format == "json" else render_text(doc))
+    emit(json.dumps(doc, indent=1) if args.format == "json" else render_text(doc))
     return 0 if doc["ok"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``deepgemm-compat`` console script."""
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``deepgemm-compat`` console script; returns the exit code."""
+    command = "deepgemm-compat"
     try:
+        args = _parser().parse_args(argv)  # --help prints through emit
+        command += f" {args.command}"
         return _plan(args) if args.command == "plan" else _doctor(args)
-    except ValueError as exc:
-        print(f"deepgemm-compat {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, OutputError) as exc:  # InputError, the library's checks, a full disk
+        message = " ".join(str(exc).split("\n")[0].split())
+        print(f"{command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -8,7 +8,8 @@ DeepGemmCompatError
 │   ├── TvmFfiMissingError                <= 0.2.2 without (the pinned) apache-tvm-ffi
 │   ├── CudaUnavailableError              no CUDA runtime / toolkit / device
 │   └── UntestedVersionError              newer than every wheel this release was checked on
-├── InputError(ValueError)                a tensor or argument the kernels would misread
+├── InputError(ValueError)                a tensor or argument the kernels would misread,
+│                                         or a warmup-plan input out of its bound
 ├── UnsupportedFeatureError(NotImplementedError)   the installed wheel lacks the feature
 └── KernelPackageError(RuntimeError)      sglang-kernel / sgl-kernel below the minimum
 ```
@@ -69,7 +70,8 @@ class UntestedVersionError(DeepGemmUnavailable):
 
 
 class InputError(DeepGemmCompatError, ValueError):
-    """A tensor or argument that the kernels would misread (shape, dtype, layout, device)."""
+    """A tensor or argument that the kernels would misread (shape, dtype, layout, device), or a
+    warmup-plan input out of its bound (the message names the bound and why)."""
 
 
 class UnsupportedFeatureError(DeepGemmCompatError, NotImplementedError):
