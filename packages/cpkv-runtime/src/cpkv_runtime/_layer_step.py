@@ -34,10 +34,10 @@ __all__ = ["LayerStep", "prepare_layer_step"]
 _Meta = tuple[object, ...]
 _OPS = ("fill_sources", "build_dense", "remap_locs", "layer_step")
 
-# A per-layer signature is (shape, strides, dtype) of each tensor, spelled out: this runs on every
-# layer, and a generator over the tensors costs twice the time. Devices are checked the first
-# time; a later tensor on another device is refused by the op itself (a CUDA op's own check, or
-# the device error of a Triton or torch kernel).
+# A per-layer signature is (shape, strides, dtype, device index) of each tensor, spelled out: this
+# runs on every layer, and a generator over the tensors costs twice the time. ``get_device()`` is
+# an int (-1 on CPU), cheaper than building a ``torch.device``; a tensor moved to another device
+# changes the signature, so the checks run again and name it.
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,9 +79,9 @@ class LayerStep:
             dense: (num_slots, P, *row), written (padding slots untouched).
         """
         metas = (
-            kv_pool.shape, kv_pool.stride(), kv_pool.dtype,
-            current_kv.shape, current_kv.stride(), current_kv.dtype,
-            dense.shape, dense.stride(), dense.dtype,
+            kv_pool.shape, kv_pool.stride(), kv_pool.dtype, kv_pool.get_device(),
+            current_kv.shape, current_kv.stride(), current_kv.dtype, current_kv.get_device(),
+            dense.shape, dense.stride(), dense.dtype, dense.get_device(),
         )  # fmt: skip
         if self._seen.get("dense") != metas:
             _check_dense_args(self, kv_pool, current_kv, dense)
@@ -96,7 +96,10 @@ class LayerStep:
             locs: (N, K) int32/int64 pool locations, -1 = absent, contiguous.
             out: (N, K) int32, written: ``inverse[row_req[n], loc // P] * P + loc % P``, -1 kept.
         """
-        metas = (locs.shape, locs.stride(), locs.dtype, out.shape, out.stride(), out.dtype)
+        metas = (
+            locs.shape, locs.stride(), locs.dtype, locs.get_device(),
+            out.shape, out.stride(), out.dtype, out.get_device(),
+        )  # fmt: skip
         if self._seen.get("remap") != metas:
             _check_remap_args(self, locs, out)
             self._seen["remap"] = metas
@@ -113,15 +116,15 @@ class LayerStep:
     ) -> None:
         """One layer: :meth:`build_dense` then :meth:`remap`, in one backend call."""
         metas = (
-            kv_pool.shape, kv_pool.stride(), kv_pool.dtype,
-            current_kv.shape, current_kv.stride(), current_kv.dtype,
-            dense.shape, dense.stride(), dense.dtype,
-            locs.shape, locs.stride(), locs.dtype,
-            dense_locs.shape, dense_locs.stride(), dense_locs.dtype,
+            kv_pool.shape, kv_pool.stride(), kv_pool.dtype, kv_pool.get_device(),
+            current_kv.shape, current_kv.stride(), current_kv.dtype, current_kv.get_device(),
+            dense.shape, dense.stride(), dense.dtype, dense.get_device(),
+            locs.shape, locs.stride(), locs.dtype, locs.get_device(),
+            dense_locs.shape, dense_locs.stride(), dense_locs.dtype, dense_locs.get_device(),
         )  # fmt: skip
         if self._seen.get("layer") != metas:
             _check_dense_args(self, kv_pool, current_kv, dense)
-            _check_remap_args(self, locs, dense_locs)
+            _check_remap_args(self, locs, dense_locs, "dense_locs")
             self._seen["layer"] = metas
         self._layer(kv_pool, current_kv, locs, dense, dense_locs)
 
@@ -147,7 +150,9 @@ def _check_dense_args(
     same_device(layout=lay.req_pages, kv_pool=kv_pool, dense=dense, current_kv=current_kv)
 
 
-def _check_remap_args(step: LayerStep, locs: torch.Tensor, out: torch.Tensor) -> None:
+def _check_remap_args(
+    step: LayerStep, locs: torch.Tensor, out: torch.Tensor, out_name: str = "out"
+) -> None:
     n = step.row_req.shape[0]
     if locs.dim() != 2 or locs.shape[0] != n or not locs.is_contiguous():
         raise LayoutError(f"locs must be contiguous ({n}, K), got {tuple(locs.shape)}")
@@ -155,9 +160,10 @@ def _check_remap_args(step: LayerStep, locs: torch.Tensor, out: torch.Tensor) ->
         raise LayoutError(f"locs must be int32 or int64, got {locs.dtype}")
     if out.shape != locs.shape or out.dtype != torch.int32 or not out.is_contiguous():
         raise LayoutError(
-            f"out must be contiguous int32 {tuple(locs.shape)}, got {out.dtype} {tuple(out.shape)}"
+            f"{out_name} must be contiguous int32 {tuple(locs.shape)}, got {out.dtype} "
+            f"{tuple(out.shape)}"
         )
-    same_device(layout=step.layout.req_pages, locs=locs, out=out)
+    same_device(layout=step.layout.req_pages, locs=locs, **{out_name: out})
 
 
 def _backends(device: torch.device, backend: str | None) -> dict[str, Backend]:
