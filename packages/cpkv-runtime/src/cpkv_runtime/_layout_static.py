@@ -68,6 +68,10 @@ def plan_layout_static(
     given reads nothing back: the call is sync-free and can be captured in a CUDA graph (check
     later with :meth:`Layout.verify`). ``validate=False`` without ``num_tokens`` costs one sync.
 
+    Streams: the CUDA backend carves the layout's tensors out of one allocation, so
+    ``Tensor.record_stream`` on them does nothing; a reader on another stream waits on an event
+    recorded after this call instead.
+
     Args:
         req_pages: (B, M) int32/int64 pool pages of each request in order; entries at
             ``j >= ceil(seq_lens[b] / P)`` are ignored (typically -1).

@@ -44,6 +44,8 @@ using PlanOutputs = std::tuple<T, T, T, T, T, T, T, T, T, T, T, T>;
 // One caching-allocator block shared by several tensors, freed when the last of them is: each
 // tensor has its own storage over its own piece, so no two alias (as an op's outputs must not).
 // Twelve separate allocations would cost the host an allocator round trip each, and their frees.
+// The cost: Tensor.record_stream on these tensors is a silent no-op (the allocator skips storage it
+// did not hand out itself), so a consumer on another stream must order itself with an event.
 struct SharedBlock {
   c10::DataPtr data;
   std::atomic<int> refs{1};  // the carver's own reference, dropped when it returns
