@@ -40,7 +40,7 @@ def test_parity_sweep(bsz, page_size, row, share, impls, torch_ops):
 
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_opcheck_cuda(op, impls):
-    torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_cuda").default, _args("cuda")[op])
+    torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_cuda").default, _args("cuda", "cuda")[op])
 
 
 def _sequence(ops, s: dict[str, torch.Tensor], p: int) -> None:

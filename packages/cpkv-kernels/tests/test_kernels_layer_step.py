@@ -135,7 +135,8 @@ def test_step_matches_torch_path(share, row, device, impls):
     for impl in impls:
         layout = case.static(impl, max_slots=rows.numel())
         step = cr.prepare_layer_step(layout, case.token_req, case.loc, backend=impl)
-        assert step.backends == dict.fromkeys(("materialize", "fill_current", "remap_locs"), impl)
+        ops = ("fill_sources", "build_dense", "remap_locs", "layer_step")
+        assert step.backends == dict.fromkeys(ops, impl)
         dense, mapped = buffers(case, layout)
         step(case.kv_pool, case.current_kv, case.topk, dense, mapped)
         assert_matches(f"{impl} share={share} {row}", case, dense, mapped)

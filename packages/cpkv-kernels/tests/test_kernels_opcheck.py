@@ -6,6 +6,7 @@ the same checks in test_kernels_gpu.py.
 
 from __future__ import annotations
 
+import cpkv_runtime
 import pytest
 import torch
 from _cases import make_data, named_batches
@@ -13,11 +14,33 @@ from _compare import assert_bitwise_equal
 from cpkv_kernels._plan_workspace import workspace_size
 from cpkv_runtime import OP_NAMES
 
+TORCH_OPS = cpkv_runtime.available_backends()["torch"].ops
 
-def _args(device: str) -> dict[str, tuple]:
+
+def _args(device: str, impl: str = "triton") -> dict[str, tuple]:
+    """Arguments of every ``cpkv::<op>_<impl>`` op on one named batch (the CUDA planner
+    allocates its outputs; the Triton one writes a workspace and the inverse it is given)."""
     d = make_data(named_batches(16)[0], "132B", device)
     lay = d.layout
     dense = torch.empty((lay.num_slots, 16, 132), dtype=torch.uint8, device=device)
+    loc = d.out_cache_loc
+    sources = TORCH_OPS["fill_sources"](d.token_req, loc, lay.inverse, 16, lay.num_slots)
+    used = torch.tensor([lay.num_slots - 1], dtype=torch.int32, device=device)
+    plan = (
+        lay.req_pages, lay.prefix_lens, lay.extend_lens, 16, lay.num_pages,
+        lay.req_pages.numel(), True,
+    )  # fmt: skip
+    if impl == "triton":
+        plan = (
+            *plan,
+            torch.empty(
+                workspace_size(lay.batch_size, lay.max_pages, lay.req_pages.numel()),
+                dtype=torch.int32,
+                device=device,
+            ),
+            torch.empty((lay.batch_size + 1, lay.num_pages), dtype=torch.int32, device=device),
+        )
+    dense_args = (d.kv_pool, lay.slot_page, d.current_kv, sources, used, dense)
     return {
         "build_inverse": (
             lay.slot_table,
@@ -35,21 +58,10 @@ def _args(device: str) -> dict[str, tuple]:
             16,
             torch.empty(lay.req_pages.shape, dtype=torch.bool, device=device),
         ),
-        "plan_slots": (
-            lay.req_pages,
-            lay.prefix_lens,
-            lay.extend_lens,
-            16,
-            lay.num_pages,
-            lay.req_pages.numel(),
-            True,
-            torch.empty(
-                workspace_size(lay.batch_size, lay.max_pages, lay.req_pages.numel()),
-                dtype=torch.int32,
-                device=device,
-            ),
-            torch.empty((lay.batch_size + 1, lay.num_pages), dtype=torch.int32, device=device),
-        ),
+        "plan_slots": plan,
+        "fill_sources": (d.token_req, d.out_cache_loc, lay.inverse, 16, lay.num_slots),
+        "build_dense": dense_args,
+        "layer_step": (*dense_args, d.locs, d.req_id, lay.inverse, 16, torch.empty_like(d.locs)),
     }
 
 

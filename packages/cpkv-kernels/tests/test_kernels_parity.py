@@ -1,5 +1,8 @@
 """Triton (and CUDA where present) against the torch definition, bitwise, on many batches.
 
+``build_dense`` is held here to ``materialize`` + ``fill_current`` of the torch backend directly
+(test_kernels_build_dense.py holds each new op to its own torch definition, odd inputs included).
+
 On a CPU-only machine the Triton kernels run interpreted (TRITON_INTERPRET=1) on CPU tensors; on
 a GPU machine the same tests run compiled Triton and the CUDA kernels on CUDA tensors.
 """
@@ -30,6 +33,16 @@ def _check_all(ops, torch_ops, d: Data, label: str) -> None:
     ops["fill_current"](dense, d.current_kv, d.token_req, d.out_cache_loc, lay.inverse, p)
     torch_ops["fill_current"](want, d.current_kv, d.token_req, d.out_cache_loc, lay.inverse, p)
     assert_bitwise_equal(f"{label} fill_current", dense, want, 2, "(slot, row)")
+
+    # The one-pass build equals materialize + fill_current (every slot of an exact layout used).
+    args = (d.token_req, d.out_cache_loc, lay.inverse, p, lay.num_slots)
+    sources = ops["fill_sources"](*args)
+    assert_bitwise_equal(
+        f"{label} fill_sources", sources, torch_ops["fill_sources"](*args), 2, "(s, r)"
+    )
+    one_pass = torch.empty_like(want)
+    ops["build_dense"](d.kv_pool, lay.slot_page, d.current_kv, sources, None, one_pass)
+    assert_bitwise_equal(f"{label} build_dense", one_pass, want, 2, "(slot, row)")
 
     for dtype in (torch.int32, torch.int64):
         locs = d.locs.to(dtype)

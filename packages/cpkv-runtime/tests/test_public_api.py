@@ -83,6 +83,9 @@ def test_backend_contract_names():
         "remap_locs",
         "current_page_mask",
         "plan_slots",
+        "fill_sources",
+        "build_dense",
+        "layer_step",
     )
     assert cpkv_runtime.PRIORITY == ("cuda", "triton", "torch")
     torch_backend = cpkv_runtime.available_backends()["torch"]

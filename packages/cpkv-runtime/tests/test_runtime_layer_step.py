@@ -89,6 +89,14 @@ def test_per_layer_tensors_are_checked():
         step.remap(locs, torch.empty(locs.shape, dtype=torch.int64))
     with _raises("locs must be int32 or int64"):
         step.remap(locs.float(), torch.empty(locs.shape, dtype=torch.int32))
+    mapped = torch.empty(locs.shape, dtype=torch.int32)
+    step(pool, current, locs, dense, mapped)  # the whole layer: a good signature, then bad ones
+    with _raises("current_kv must be"):
+        step(pool, current[:-1], locs, dense, mapped)
+    with _raises(f"dense_locs must be contiguous int32 {tuple(locs.shape)}"):
+        step(pool, current, locs, dense, mapped.long())
+    with _raises(f"locs must be contiguous ({loc.shape[0]}, K)"):
+        step(pool, current, locs.t(), dense, mapped.t())
 
 
 def test_prepare_validates_values_once():

@@ -178,3 +178,63 @@ def check_plan_slots(
             f"max_slots = {max_slots} must stay below 2^31"
         )
     _same_device(req_pages, "req_pages", prefix_lens=prefix_lens, extend_lens=extend_lens)
+
+
+def check_fill_sources(
+    token_req: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    inverse: torch.Tensor,
+    page_size: int,
+    num_slots: int,
+) -> None:
+    t = token_req.shape[0] if token_req.dim() == 1 else -1
+    for name, x in (("token_req", token_req), ("out_cache_loc", out_cache_loc)):
+        _ndim(x, name, (1,), "(T,)")
+        _dtype(x, name, _INDEX)
+        _len(x, name, t, "one per current row")
+    _ndim(inverse, "inverse", (2,), "(B, num_pages)")
+    _dtype(inverse, "inverse", (torch.int32,))
+    if page_size <= 0 or num_slots < 0:
+        raise KernelInputError(
+            f"page_size must be positive and num_slots >= 0, got {page_size} and {num_slots}"
+        )
+    if t >= 2**31:
+        raise KernelInputError(f"fill_sources numbers rows in int32: T = {t} must stay below 2^31")
+    _same_device(inverse, "inverse", token_req=token_req, out_cache_loc=out_cache_loc)
+
+
+def check_build_dense(
+    kv_pool: torch.Tensor,
+    slot_page: torch.Tensor,
+    current_kv: torch.Tensor,
+    sources: torch.Tensor,
+    used_slots: torch.Tensor | None,
+    out: torch.Tensor,
+) -> None:
+    _ndim(kv_pool, "kv_pool", _PAGES, "(num_pages, P, *row)")
+    want = (slot_page.shape[0], *kv_pool.shape[1:])
+    if tuple(out.shape) != want or out.dtype != kv_pool.dtype:
+        raise KernelInputError(
+            f"out must be {want} {kv_pool.dtype} (S, P, *row), got {tuple(out.shape)} {out.dtype}"
+        )
+    if tuple(current_kv.shape[1:]) != tuple(out.shape[2:]) or current_kv.dtype != out.dtype:
+        raise KernelInputError(
+            f"current_kv must be (T, {', '.join(map(str, out.shape[2:]))}) {out.dtype} to match "
+            f"the dense rows, got {tuple(current_kv.shape)} {current_kv.dtype}"
+        )
+    _ndim(slot_page, "slot_page", (1,), "(S,)")
+    _dtype(slot_page, "slot_page", _INDEX)
+    if tuple(sources.shape) != tuple(out.shape[:2]) or sources.dtype != torch.int32:
+        raise KernelInputError(
+            f"sources must be int32 {tuple(out.shape[:2])} (S, P, from fill_sources), "
+            f"got {sources.dtype} {tuple(sources.shape)}"
+        )
+    named = {"slot_page": slot_page, "current_kv": current_kv, "sources": sources, "out": out}
+    if used_slots is not None:
+        if used_slots.numel() != 1 or used_slots.dtype != torch.int32:
+            raise KernelInputError(
+                f"used_slots must be one int32 count (layout.used_slots) or None, got "
+                f"{used_slots.dtype} {tuple(used_slots.shape)}"
+            )
+        named["used_slots"] = used_slots
+    _same_device(kv_pool, "kv_pool", **named)

@@ -43,7 +43,7 @@ def gen_ops_spec() -> JitSpec:
     """The extension holding every ``cpkv::<op>_cuda`` op (one build, one load)."""
     return JitSpec(
         name="cpkv_ops",
-        sources=(*sorted(CSRC.glob("*.cu")), CSRC / "binding.cpp"),
+        sources=(*sorted(CSRC.glob("*.cu")), *sorted(CSRC.glob("*.cpp"))),
         headers=tuple(sorted([*CSRC.glob("*.h"), *CSRC.glob("*.cuh")])),
     )
 

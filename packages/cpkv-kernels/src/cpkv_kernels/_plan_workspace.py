@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["split_workspace", "workspace_size"]
+__all__ = ["plan_outputs", "split_workspace", "workspace_size"]
 
 
 def workspace_size(bsz: int, width: int, max_slots: int) -> int:
@@ -29,5 +29,30 @@ def split_workspace(
         table.view(bsz, width),
         slot_page,
         slot_owner,
+        info,
+    )
+
+
+def plan_outputs(
+    workspace: torch.Tensor, inverse: torch.Tensor, bsz: int, width: int, max_slots: int
+) -> tuple[torch.Tensor, ...]:
+    """The ``plan_slots`` contract tuple (``cpkv_runtime._backend``) as views of the workspace
+    and of ``inverse``'s first ``bsz`` rows (row ``bsz`` is the kernel's scratch)."""
+    pages, lens, table, slot_page, slot_owner, info = split_workspace(
+        workspace, bsz, width, max_slots
+    )
+    prefix, extend, seq, pages_used = lens.unbind(0)
+    return (
+        pages,
+        prefix,
+        extend,
+        seq,
+        pages_used,
+        table,
+        slot_page,
+        slot_owner,
+        inverse[:bsz],
+        info[0:1],
+        info[1:2],
         info,
     )

@@ -35,16 +35,45 @@ dim may have any stride); other layouts run on torch.
     The slot plan of :func:`cpkv_runtime.plan_layout_static` (numbering of ``plan_layout``) in
     shapes fixed by ``(B, M, num_pages, max_slots)``: no host sync, no value-dependent shape.
     req_pages: (B, M) int32/int64; prefix_lens, extend_lens: (B,) int32/int64 (unvalidated).
-    returns the tuple ``(pages, lens, slot_table, slot_page, slot_owner, inverse, info)``:
-    pages (B, M) int32, ``req_pages`` with -1 at ``j >= pages_used[b]``; lens (4, B) int32, rows
-    prefix, extend, seq (= prefix + extend), pages_used (= ceil(seq / P)); slot_table (B, M)
-    int32; slot_page, slot_owner (max_slots,) int32, -1 from slot ``info[0]`` on (padding);
-    inverse (B, num_pages) int32; info (3,) int32 = (slots the batch needs, status, sum of
-    extend_lens). ``status`` is 0 on valid input, else an OR of bits: 1 a negative length,
-    2 a request needing more than M pages, 4 a used page outside ``[0, num_pages)``, 8 a
-    page listed twice by one request, 16 more slots needed than ``max_slots``. Pairs whose
-    slot would be ``>= max_slots`` get slot -1 (no inverse entry). With bits 1-8 set only
-    ``info`` is defined (kernels never write outside their outputs).
+    returns the tuple ``(pages, prefix, extend, seq, pages_used, slot_table, slot_page,
+    slot_owner, inverse, used_slots, status, info)``, all int32, in the order of
+    :class:`cpkv_runtime.Layout`'s fields: pages (B, M), ``req_pages`` with -1 at
+    ``j >= pages_used[b]``; prefix, extend, seq (= prefix + extend), pages_used
+    (= ceil(seq / P)), each (B,); slot_table (B, M); slot_page, slot_owner (max_slots,), -1 from
+    slot ``info[0]`` on (padding); inverse (B, num_pages); used_slots (1,) = ``info[0]``;
+    status (1,) = ``info[1]``; info (3,) = (slots the batch needs, status, sum of extend_lens),
+    one tensor so that a caller reads all three in one transfer. ``status`` is 0 on valid input,
+    else an OR of bits: 1 a negative length, 2 a request needing more than M pages, 4 a used
+    page outside ``[0, num_pages)``, 8 a page listed twice by one request, 16 more slots needed
+    than ``max_slots``. Pairs whose slot would be ``>= max_slots`` get slot -1 (no inverse
+    entry). With bits 1-8 set only ``info``, ``used_slots`` and ``status`` are defined (kernels
+    never write outside their outputs).
+
+``fill_sources(token_req, out_cache_loc, inverse, page_size, num_slots) -> sources``
+    Which current row :func:`fill_current` writes into each dense row, once per forward, so
+    that every layer can build its dense buffer in one pass (``build_dense``).
+    token_req, out_cache_loc, inverse: as in ``fill_current``. returns sources
+    (num_slots, P) int32: ``sources[inverse[token_req[t], loc // P], loc % P] = t`` for every
+    row ``t`` that ``fill_current`` writes (the largest ``t`` where several rows name one
+    destination, as a sequential scatter leaves it), -1 elsewhere. Rows ``fill_current``
+    skips are skipped here: ``loc < 0``, a request outside ``[0, B)``, a page outside the pool,
+    an inverse entry -1 or ``>= num_slots``.
+
+``build_dense(kv_pool, slot_page, current_kv, sources, used_slots, out) -> None``
+    ``materialize`` then ``fill_current`` in one pass that writes every dense row once:
+    ``out[s, r] = current_kv[sources[s, r]]`` where ``0 <= sources[s, r] < T``, else
+    ``kv_pool[slot_page[s], r]`` where ``slot_page[s]`` is a pool page, else untouched.
+    kv_pool: (num_pages, P, *row) read-only; slot_page: (S,); current_kv: (T, *row)
+    read-only; sources: (S, P) from ``fill_sources``; used_slots: None or (1,) int32 on the
+    device (``plan_layout_static``'s count): slots ``>= used_slots[0]`` are not visited (their
+    slot_page is -1 and no source names them, so nothing changes; the kernels skip the work);
+    out: (S, P, *row), written.
+
+``layer_step(kv_pool, slot_page, current_kv, sources, used_slots, dense, locs, row_req,
+inverse, page_size, dense_locs) -> None``
+    One layer of :class:`cpkv_runtime.LayerStep`: ``build_dense(kv_pool, slot_page, current_kv,
+    sources, used_slots, dense)`` then ``remap_locs(locs, row_req, inverse, page_size,
+    dense_locs)``; one call, so a backend can launch both from one entry point.
 
 ``current_page_mask(req_pages, prefix_lens, extend_lens, page_size) -> mask``
     req_pages: (B, M); prefix_lens, extend_lens: (B,).
@@ -68,6 +97,9 @@ OP_NAMES: tuple[str, ...] = (
     "remap_locs",
     "current_page_mask",
     "plan_slots",
+    "fill_sources",
+    "build_dense",
+    "layer_step",
 )
 
 # Dispatch order when no backend is forced: the first available one that supports the device wins.
@@ -86,10 +118,13 @@ class Backend:
         reason: why it is unavailable, shown once in a warning when it was asked for.
         devices: device types it runs on (``{"cuda"}``; Triton under ``TRITON_INTERPRET=1``
             adds ``"cpu"``).
-        raw_ops: op name -> the bare launcher of that op, for per-layer loops that checked their
-            arguments once (:class:`cpkv_runtime.LayerStep`): the op's arguments with every
-            output passed, index tensors int32 and contiguous; no metadata checks, no
-            conversion, no allocation, return value ignored. Ops missing here use ``ops``.
+        raw_ops: op name -> the bare launcher of that op, for callers that checked their
+            arguments already (``plan_layout_static``, ``prepare_layer_step`` and every layer
+            of a ``LayerStep``): the op's arguments with every output argument passed; index
+            tensors contiguous and int32 (``req_pages``, ``out_cache_loc`` and ``locs`` may be
+            int64, and so may ``prefix_lens`` with ``extend_lens``, which share one dtype); no
+            metadata checks, no conversion; ops that write into an output argument return
+            nothing. Ops missing here use ``ops``.
     """
 
     name: str

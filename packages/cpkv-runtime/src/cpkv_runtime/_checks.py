@@ -63,6 +63,8 @@ def as_index(
 
 def check_count(value: object, name: str, minimum: int) -> int:
     """A Python int ``>= minimum`` (bools and floats rejected)."""
+    if type(value) is int and value >= minimum:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise LayoutError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < minimum:

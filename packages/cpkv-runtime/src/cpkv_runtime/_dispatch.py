@@ -30,6 +30,7 @@ __all__ = ["Registry", "available_backends", "dispatch", "register_backend", "re
 
 GROUP = "cpkv_runtime.backends"
 CHOICES = ("auto", *PRIORITY)
+_OPS = frozenset(OP_NAMES)
 
 
 def _warn(message: str) -> None:
@@ -60,6 +61,9 @@ class Registry:
         self._discovered = False
         self._lock = threading.RLock()  # a backend factory may call back in
         self._warned: set[tuple[str, str]] = set()
+        # (op, device type) -> the automatic choice: dispatch runs once per op call, and the
+        # per-forward path counts microseconds. Cleared whenever the set of backends changes.
+        self._auto_choice: dict[tuple[str, str], Backend] = {}
 
     def register(self, backend: Backend) -> None:
         """Add or replace a backend under ``backend.name``."""
@@ -71,6 +75,7 @@ class Registry:
                 f"backend {backend.name!r} implements unknown ops {unknown}; known: {OP_NAMES}"
             )
         self._backends[backend.name] = backend
+        self._auto_choice.clear()
 
     def discover(self) -> None:
         """Load every entry point once; a failing one is skipped with one warning naming why."""
@@ -104,7 +109,7 @@ class Registry:
         Raises:
             LayoutError: unknown op or backend name.
         """
-        if op not in OP_NAMES:
+        if op not in _OPS:
             raise LayoutError(f"unknown op {op!r}; ops are {OP_NAMES}")
         source = "backend=" if backend is not None else "CPKV_BACKEND="
         wanted = (
@@ -129,11 +134,19 @@ class Registry:
         return self._auto(op, device)
 
     def _auto(self, op: str, device: torch.device) -> Backend:
-        for name in PRIORITY:
-            candidate = self._backends.get(name)
-            if candidate is not None and candidate.supports(op, device):
-                return candidate
-        return TORCH_BACKEND
+        key = (op, device.type)
+        chosen = self._auto_choice.get(key)
+        if chosen is None:
+            chosen = next(
+                (
+                    b
+                    for b in map(self._backends.get, PRIORITY)
+                    if b is not None and b.supports(op, device)
+                ),
+                TORCH_BACKEND,
+            )
+            self._auto_choice[key] = chosen
+        return chosen
 
     def _why(self, name: str, op: str, device: torch.device) -> str:
         chosen = self._backends.get(name)

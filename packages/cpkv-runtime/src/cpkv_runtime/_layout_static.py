@@ -4,8 +4,13 @@
 values back to the host (validation, ``unique``, ``nonzero``, the token count), 1.2–2.3 ms for
 8 requests on a 64K-token prefix. :func:`plan_layout_static` gives every output a shape fixed by
 ``(B, M, num_pages, max_slots)``: the slots go into ``max_slots``-long lists padded with -1, the
-slot count stays on the device, and the whole plan is one ``plan_slots`` backend op (one kernel
-launch on CUDA after a fill). Its numbering is ``plan_layout``'s, bitwise.
+slot count stays on the device, and the whole plan is one ``plan_slots`` backend call. Its
+numbering is ``plan_layout``'s, bitwise.
+
+Host time is the cost here (the kernel is short), so the path is lean: metadata checks once, the
+backend's bare launcher (on CUDA one C++ entry point that allocates every output, clears the
+inverse and launches one kernel), the layout built from the returned tuple as it comes, and with
+``validate`` a single read of three numbers.
 """
 
 from __future__ import annotations
@@ -15,12 +20,27 @@ from collections.abc import Sequence
 import torch
 
 from ._checks import as_index, check_count, same_device
-from ._dispatch import dispatch
+from ._dispatch import resolve
 from ._layout import Layout, raise_for_status
 from ._layout_budget import check_layout_budget
 from .errors import LayoutError
 
 __all__ = ["plan_layout_static"]
+
+_WIDE = (torch.int32, torch.int64)
+
+
+def _raw_index(
+    req_pages: torch.Tensor, prefix: torch.Tensor, extend: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The index tensors as a bare ``plan_slots`` launcher takes them: contiguous, int32/int64,
+    both lengths of one dtype (a no-op, no allocation, for what callers usually pass)."""
+    if req_pages.dtype not in _WIDE:
+        req_pages = req_pages.to(torch.int32)
+    if prefix.dtype not in _WIDE or extend.dtype != prefix.dtype:
+        dtype = prefix.dtype if prefix.dtype in _WIDE else torch.int64
+        prefix, extend = prefix.to(dtype), extend.to(dtype)
+    return req_pages.contiguous(), prefix.contiguous(), extend.contiguous()
 
 
 def plan_layout_static(
@@ -49,6 +69,10 @@ def plan_layout_static(
     and raises :func:`plan_layout`'s error on bad input. ``validate=False`` with ``num_tokens``
     given reads nothing back: the call is sync-free and can be captured in a CUDA graph (check
     later with :meth:`Layout.verify`). ``validate=False`` without ``num_tokens`` costs one sync.
+
+    Streams: the CUDA backend carves the layout's tensors out of one allocation, so
+    ``Tensor.record_stream`` on them does nothing; a reader on another stream waits on an event
+    recorded after this call instead.
 
     Args:
         req_pages: (B, M) int32/int64 pool pages of each request in order; entries at
@@ -80,44 +104,41 @@ def plan_layout_static(
     page_size = check_count(page_size, "page_size", 1)
     num_pages = check_count(num_pages, "num_pages", 1)
     req_pages = as_index(req_pages, "req_pages", 2)
-    prefix = as_index(prefix_lens, "prefix_lens", 1, req_pages.device)
-    extend = as_index(extend_lens, "extend_lens", 1, req_pages.device)
-    device = same_device(req_pages=req_pages, prefix_lens=prefix, extend_lens=extend)
+    device = req_pages.device
+    prefix = as_index(prefix_lens, "prefix_lens", 1, device)
+    extend = as_index(extend_lens, "extend_lens", 1, device)
+    if prefix.device != device or extend.device != device:
+        same_device(req_pages=req_pages, prefix_lens=prefix, extend_lens=extend)  # raises
     bsz, max_pages = req_pages.shape
-    for name, lens in (("prefix_lens", prefix), ("extend_lens", extend)):
-        if lens.shape[0] != bsz:
-            raise LayoutError(
-                f"{name} has {lens.shape[0]} entries but req_pages has {bsz} rows (requests); "
-                f"fix: pass one length per request"
-            )
+    if prefix.shape[0] != bsz or extend.shape[0] != bsz:
+        name, lens = ("prefix_lens", prefix) if prefix.shape[0] != bsz else ("extend_lens", extend)
+        raise LayoutError(
+            f"{name} has {lens.shape[0]} entries but req_pages has {bsz} rows (requests); "
+            f"fix: pass one length per request"
+        )
     max_slots = bsz * max_pages if max_slots is None else check_count(max_slots, "max_slots", 0)
     if num_tokens is not None:
         num_tokens = check_count(num_tokens, "num_tokens", 0)
     check_layout_budget("plan_layout_static", req_pages, num_pages, max_slots, max_bytes)
 
-    fn = dispatch("plan_slots", device, backend)
-    pages, lens, slot_table, slot_page, slot_owner, inverse, info = fn(
-        req_pages, prefix, extend, page_size, num_pages, max_slots, bool(dedup)
-    )
-    host = [0, 0, 0]
-    if validate or num_tokens is None:
-        host = [int(v) for v in info.tolist()]  # the one host sync: needed, status, tokens
+    dedup = bool(dedup)
+    chosen = resolve("plan_slots", device, backend)
+    plan = chosen.raw_ops.get("plan_slots")
+    if plan is None:  # the contract op, which checks and converts its arguments itself
+        plan = chosen.ops["plan_slots"]
+    else:  # the bare launcher: hand it what it takes (the checks above are the only ones)
+        req_pages, prefix, extend = _raw_index(req_pages, prefix, extend)
+    out = plan(req_pages, prefix, extend, page_size, num_pages, max_slots, dedup)
+    info = out[11]
+    host = info.tolist() if validate or num_tokens is None else None  # the one host sync
     layout = Layout(
-        page_size=page_size,
-        num_pages=num_pages,
-        dedup=bool(dedup),
-        req_pages=pages,
-        prefix_lens=lens[0],
-        extend_lens=lens[1],
-        seq_lens=lens[2],
-        pages_used=lens[3],
-        slot_table=slot_table,
-        slot_page=slot_page,
-        slot_owner=slot_owner,
-        inverse=inverse,
-        num_tokens=host[2] if num_tokens is None else num_tokens,
-        used_slots=info[0:1],
-        status=info[1:2],
+        page_size,
+        num_pages,
+        dedup,
+        *out[:9],  # req_pages .. inverse, in Layout's field order (the plan_slots contract)
+        host[2] if num_tokens is None else num_tokens,
+        out[9],
+        out[10],
     )
     if validate:
         needed, status, tokens = host

@@ -11,6 +11,7 @@ import torch
 
 from ._backend import Backend
 from ._bytes import word_rows
+from ._torch_layer import build_dense, fill_sources
 from ._torch_plan import plan_slots
 
 __all__ = ["TORCH_BACKEND", "materialize_padded"]
@@ -194,6 +195,28 @@ def current_page_mask(
     return (j >= first) & (j < end) & (seq > prefix)
 
 
+def layer_step(
+    kv_pool: torch.Tensor,
+    slot_page: torch.Tensor,
+    current_kv: torch.Tensor,
+    sources: torch.Tensor,
+    used_slots: torch.Tensor | None,
+    dense: torch.Tensor,
+    locs: torch.Tensor,
+    row_req: torch.Tensor,
+    inverse: torch.Tensor,
+    page_size: int,
+    dense_locs: torch.Tensor,
+) -> None:
+    """One layer: :func:`build_dense` into ``dense``, then :func:`remap_locs` into ``dense_locs``.
+
+    Args: those of ``build_dense`` (``dense`` is its ``out``), then those of ``remap_locs``
+    (``row_req`` is its ``req_id``, ``dense_locs`` its ``out``).
+    """
+    build_dense(kv_pool, slot_page, current_kv, sources, used_slots, dense)
+    remap_locs(locs, row_req, inverse, page_size, dense_locs)
+
+
 TORCH_BACKEND = Backend(
     name="torch",
     ops={
@@ -203,7 +226,9 @@ TORCH_BACKEND = Backend(
         "remap_locs": remap_locs,
         "current_page_mask": current_page_mask,
         "plan_slots": plan_slots,
+        "fill_sources": fill_sources,
+        "build_dense": build_dense,
+        "layer_step": layer_step,
     },
     devices=frozenset({"cpu", "cuda", "meta", "mps", "xpu"}),
-    raw_ops={"materialize": materialize, "fill_current": fill_current, "remap_locs": remap_locs},
 )

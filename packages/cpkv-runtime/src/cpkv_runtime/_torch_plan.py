@@ -54,7 +54,9 @@ def plan_slots(
         dedup: read-only pairs naming one page share a slot.
 
     Returns:
-        ``(pages, lens, slot_table, slot_page, slot_owner, inverse, info)``, all int32.
+        ``(pages, prefix, extend, seq, pages_used, slot_table, slot_page, slot_owner, inverse,
+        used_slots, status, info)``, all int32 (``used_slots`` and ``status`` are views of
+        ``info``: this is a plain function, not an op whose outputs must not alias).
     """
     bsz, width = req_pages.shape
     device = req_pages.device
@@ -114,14 +116,17 @@ def plan_slots(
         + STATUS_CAPACITY * (needed > max_slots).long()
     )
     info = torch.stack([needed, status, extend.sum()]).int()
-    lens = torch.stack([prefix, extend, seq, pages_used]).int()
-    pages_out = torch.where(used, page, -1).int()
     return (
-        pages_out,
-        lens,
+        torch.where(used, page, -1).int(),
+        prefix.int(),
+        extend.int(),
+        seq.int(),
+        pages_used.int(),
         slot.int(),
         slot_page[:max_slots].int(),
         slot_owner[:max_slots].int(),
         inverse,
+        info[0:1],
+        info[1:2],
         info,
     )

@@ -1,40 +1,16 @@
-// Registers the CUDA implementations as torch.library ops cpkv::<op>_cuda. Checks here are the
-// last line of defence (TORCH_CHECK -> RuntimeError); the Python wrappers raise ValueError first.
-// Fake (meta) kernels are registered from Python (cpkv_kernels._cuda_ops) after the library loads.
+// Registers the per-op CUDA implementations as torch.library ops cpkv::<op>_cuda (the forward
+// path's ops, planner included, are in binding_forward.cpp). Fake (meta) kernels are registered
+// from Python (cpkv_kernels._cuda_ops) after the library loads.
 #include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "cpkv_launch.h"
+#include "binding_util.h"
 
 namespace cpkv {
 namespace {
-
-constexpr int64_t kMaxGridY = 65535;
-
-void check_cuda(const at::Tensor& t, const char* name, const at::Tensor& like) {
-  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
-  TORCH_CHECK(t.device() == like.device(), name, " is on ", t.device(), " but expected ",
-              like.device());
-}
-
-void check_index(const at::Tensor& t, const char* name, bool allow_int64) {
-  TORCH_CHECK(t.scalar_type() == at::kInt || (allow_int64 && t.scalar_type() == at::kLong), name,
-              " must be int32", allow_int64 ? " or int64" : "", ", got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-}
-
-// Bytes of one leading-dim row of t when every dim after the first is contiguous, else -1.
-int64_t inner_bytes(const at::Tensor& t) {
-  int64_t expected = 1;
-  for (int64_t d = t.dim() - 1; d >= 1; --d) {
-    if (t.size(d) != 1 && t.stride(d) != expected) return -1;
-    expected *= t.size(d);
-  }
-  return expected * static_cast<int64_t>(t.element_size());
-}
 
 void build_inverse_cuda(const at::Tensor& slot_table, const at::Tensor& req_pages, int64_t num_pages,
                         const at::Tensor& inverse) {
@@ -120,29 +96,8 @@ void fill_current_cuda(const at::Tensor& dense, const at::Tensor& current_kv, co
 
 void remap_locs_cuda(const at::Tensor& locs, const at::Tensor& req_id, const at::Tensor& inverse,
                      int64_t page_size, const at::Tensor& out) {
-  check_cuda(locs, "locs", out);
-  check_cuda(req_id, "req_id", out);
-  check_cuda(inverse, "inverse", out);
-  check_index(locs, "locs", true);
-  check_index(req_id, "req_id", false);
-  check_index(inverse, "inverse", false);
-  check_index(out, "out", false);
-  TORCH_CHECK(page_size > 0, "page_size must be positive");
-  TORCH_CHECK(locs.dim() == 1 || locs.dim() == 2, "locs must be (N,) or (N, K)");
-  TORCH_CHECK(out.sizes() == locs.sizes(), "out must have locs' shape");
-  TORCH_CHECK(req_id.numel() == locs.size(0), "req_id must have one entry per row of locs");
-  TORCH_CHECK(inverse.dim() == 2, "inverse must be (B, num_pages)");
+  const RemapArgs a = remap_args(locs, req_id, inverse, page_size, out);
   const c10::cuda::CUDAGuard guard(out.device());
-  RemapArgs a{locs.data_ptr(),
-              locs.scalar_type() == at::kLong,
-              req_id.data_ptr<int32_t>(),
-              inverse.data_ptr<int32_t>(),
-              inverse.size(0),
-              inverse.size(1),
-              out.data_ptr<int32_t>(),
-              locs.size(0),
-              locs.dim() == 2 ? locs.size(1) : 1,
-              page_size};
   C10_CUDA_CHECK(launch_remap_locs(a, c10::cuda::getCurrentCUDAStream()));
 }
 
@@ -173,50 +128,11 @@ void current_page_mask_cuda(const at::Tensor& req_pages, const at::Tensor& prefi
   C10_CUDA_CHECK(launch_current_page_mask(a, c10::cuda::getCurrentCUDAStream()));
 }
 
-void plan_slots_cuda(const at::Tensor& req_pages, const at::Tensor& prefix_lens, const at::Tensor& extend_lens,
-                     int64_t page_size, int64_t num_pages, int64_t max_slots, bool dedup,
-                     const at::Tensor& workspace, const at::Tensor& inverse) {
-  check_cuda(req_pages, "req_pages", workspace);
-  check_cuda(prefix_lens, "prefix_lens", workspace);
-  check_cuda(extend_lens, "extend_lens", workspace);
-  check_cuda(inverse, "inverse", workspace);
-  check_index(req_pages, "req_pages", true);
-  check_index(prefix_lens, "prefix_lens", true);
-  check_index(extend_lens, "extend_lens", true);
-  check_index(workspace, "workspace", false);
-  check_index(inverse, "inverse", false);
-  TORCH_CHECK(prefix_lens.scalar_type() == extend_lens.scalar_type(),
-              "prefix_lens and extend_lens must share a dtype");
-  TORCH_CHECK(req_pages.dim() == 2, "req_pages must be (B, M)");
-  const int64_t bsz = req_pages.size(0), width = req_pages.size(1);
-  TORCH_CHECK(prefix_lens.numel() == bsz && extend_lens.numel() == bsz, "prefix_lens and extend_lens must be (B,)");
-  TORCH_CHECK(page_size > 0 && num_pages > 0 && max_slots >= 0, "page_size, num_pages > 0 and max_slots >= 0");
-  TORCH_CHECK(bsz * width < (int64_t{1} << 31) && max_slots < (int64_t{1} << 31), "B * M and max_slots must be < 2^31");
-  TORCH_CHECK(workspace.numel() == 2 * bsz * width + 4 * bsz + 2 * max_slots + 3, "workspace has the wrong size");
-  TORCH_CHECK(inverse.dim() == 2 && inverse.size(0) == bsz + 1 && inverse.size(1) == num_pages,
-              "inverse must be (B + 1, num_pages)");
-  const c10::cuda::CUDAGuard guard(workspace.device());
-  PlanSlotsArgs a{req_pages.data_ptr(),
-                  req_pages.scalar_type() == at::kLong,
-                  prefix_lens.data_ptr(),
-                  extend_lens.data_ptr(),
-                  prefix_lens.scalar_type() == at::kLong,
-                  bsz,
-                  width,
-                  num_pages,
-                  max_slots,
-                  page_size,
-                  dedup,
-                  workspace.data_ptr<int32_t>(),
-                  inverse.data_ptr<int32_t>()};
-  C10_CUDA_CHECK(launch_plan_slots(a, c10::cuda::getCurrentCUDAStream()));
-}
-
 }  // namespace
 }  // namespace cpkv
 
-// Every op writes into tensors the caller passes (allocation happens in Python), so the
-// library never allocates or syncs with the host: safe inside CUDA-graph capture.
+// These ops write into tensors the caller passes and never sync with the host: safe inside
+// CUDA-graph capture.
 TORCH_LIBRARY_FRAGMENT(cpkv, m) {
   m.def("build_inverse_cuda(Tensor slot_table, Tensor req_pages, int num_pages, Tensor(a!) inverse) -> ()");
   m.def("materialize_cuda(Tensor kv_pool, Tensor slot_page, Tensor(a!) out) -> ()");
@@ -227,9 +143,6 @@ TORCH_LIBRARY_FRAGMENT(cpkv, m) {
   m.def(
       "current_page_mask_cuda(Tensor req_pages, Tensor prefix_lens, Tensor extend_lens, int page_size, "
       "Tensor(a!) mask) -> ()");
-  m.def(
-      "plan_slots_cuda(Tensor req_pages, Tensor prefix_lens, Tensor extend_lens, int page_size, int num_pages, "
-      "int max_slots, bool dedup, Tensor(a!) workspace, Tensor(b!) inverse) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(cpkv, CUDA, m) {
@@ -238,5 +151,4 @@ TORCH_LIBRARY_IMPL(cpkv, CUDA, m) {
   m.impl("fill_current_cuda", &cpkv::fill_current_cuda);
   m.impl("remap_locs_cuda", &cpkv::remap_locs_cuda);
   m.impl("current_page_mask_cuda", &cpkv::current_page_mask_cuda);
-  m.impl("plan_slots_cuda", &cpkv::plan_slots_cuda);
 }

@@ -70,8 +70,8 @@ struct PageMaskArgs {
   int64_t page_size;
 };
 
-// The slot plan of a batch; workspace layout: cpkv_kernels._plan_workspace (int32): pages (B*M),
-// lens (4*B), slot table (B*M), slot page (S), slot owner (S), info (3).
+// The slot plan of a batch: every output its own int32 tensor (the binding allocates them; the
+// contract and field order are cpkv_runtime._backend's plan_slots).
 struct PlanSlotsArgs {
   const void* req_pages;    // (B, M) int32 or int64
   bool pages_are_64;
@@ -84,8 +84,51 @@ struct PlanSlotsArgs {
   int64_t max_slots;  // S
   int64_t page_size;
   bool dedup;
-  int32_t* workspace;  // written
-  int32_t* inverse;    // (B + 1, num_pages), written; row B is scratch
+  int32_t* pages;       // (B, M), written
+  int32_t* prefix;      // (B,), written
+  int32_t* extend;      // (B,), written
+  int32_t* seq;         // (B,), written
+  int32_t* pages_used;  // (B,), written
+  int32_t* slot_table;  // (B, M), written
+  int32_t* slot_page;   // (S,), written
+  int32_t* slot_owner;  // (S,), written
+  int32_t* inverse;     // (B + 1, num_pages), written; row B is scratch
+  int32_t* used_slots;  // (1,), written
+  int32_t* status;      // (1,), written
+  int32_t* info;        // (3,) = (used_slots, status, tokens), written
+};
+
+// The current row fill_current writes into each dense row (-1: none), for build_dense.
+struct FillSourcesArgs {
+  const int32_t* token_req;  // (T,)
+  const void* loc;           // (T,) int32 or int64
+  bool loc_is_64;
+  int64_t num_tokens;
+  const int32_t* inverse;  // (B, num_pages)
+  int64_t num_reqs;
+  int64_t num_pages;
+  int64_t page_size;
+  int32_t* sources;  // (S, P), written
+  int64_t num_slots;
+};
+
+// materialize + fill_current in one pass: each dense row from its source row, else its pool page.
+struct BuildDenseArgs {
+  const char* pool;  // (num_pages, P * row_bytes) rows, stride pool_stride
+  int64_t pool_stride;
+  int64_t num_pages;
+  const int32_t* slot_page;  // (S,)
+  const char* src;           // (T, row_bytes), stride src_stride
+  int64_t src_stride;
+  int64_t num_tokens;
+  const int32_t* sources;     // (S, P)
+  const int32_t* used_slots;  // (1,) or nullptr: slots from used_slots[0] on are not visited
+  char* dense;                // (S, P * row_bytes), stride dense_stride, written
+  int64_t dense_stride;
+  int64_t num_slots;
+  int64_t page_size;
+  int64_t row_bytes;
+  int sm_count;  // the grid is one wave of blocks that loop (the row count lives on the device)
 };
 
 cudaError_t launch_build_inverse(const BuildInverseArgs& a, cudaStream_t stream);
@@ -94,6 +137,8 @@ cudaError_t launch_fill_current(const FillCurrentArgs& a, cudaStream_t stream);
 cudaError_t launch_remap_locs(const RemapArgs& a, cudaStream_t stream);
 cudaError_t launch_current_page_mask(const PageMaskArgs& a, cudaStream_t stream);
 cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream);
+cudaError_t launch_fill_sources(const FillSourcesArgs& a, cudaStream_t stream);
+cudaError_t launch_build_dense(const BuildDenseArgs& a, cudaStream_t stream);
 
 // Widest power-of-two word (<= 16 bytes) dividing every value (byte widths, strides, addresses).
 inline int word_bytes(std::initializer_list<uint64_t> values) {

@@ -2,11 +2,13 @@
 // Reference: cpkv_runtime's torch backend, op "plan_slots" (outputs and status bits).
 //
 // The pairs of a batch are few (8 requests x 1,056 pages = 8,448), so one block of 1,024 threads
-// scans them: pass 1 counts each request's uses of each page (in the inverse rows, which start at
-// -1) and records each page's first read-only use in a scratch row as pairs - flat index under
-// atomicMax; pass 2 numbers the pairs that open a slot in scan order (a block-wide exclusive scan
-// per tile, carried from tile to tile); pass 3 gives read-only pairs the slot of the page's first
-// use and writes the inverse. Cells other threads wrote are read with __ldcg (L2, not L1).
+// scans them in two passes. Pass 1 counts each request's uses of each page in the inverse rows
+// (which start at -1: an atomicAdd that returns >= 0 found a duplicate) and records each page's
+// first read-only use in a scratch row as pairs - flat index under atomicMax. Pass 2 takes the
+// pairs tile by tile: the pairs that open a slot are numbered in scan order (a block-wide
+// exclusive scan, carried from tile to tile) and write their slot; after a barrier, read-only
+// pairs take the slot of their page's first use (always in this tile or an earlier one) and every
+// used pair writes the inverse. Cells other threads wrote are read with __ldcg (L2, not L1).
 #include "cpkv_common.cuh"
 #include "cpkv_launch.h"
 
@@ -84,30 +86,24 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
   if (threadIdx.x == 0) status = 0, tokens = 0;
   __syncthreads();
   const int64_t bsz = a.num_reqs, pairs = a.num_reqs * a.width, S = a.max_slots;
-  int32_t* pages_out = a.workspace;
-  int32_t* lens = pages_out + pairs;
-  int32_t* table = lens + 4 * bsz;
-  int32_t* slot_page = table + pairs;
-  int32_t* slot_owner = slot_page + S;
-  int32_t* info = slot_owner + S;
   int32_t* scratch = a.inverse + bsz * a.num_pages;
 
   for (int64_t b = threadIdx.x; b < bsz; b += kPlanThreads) {  // pass 0: lengths
     const int64_t prefix = load_index<LenT>(a.prefix_lens, b);
     const int64_t extend = load_index<LenT>(a.extend_lens, b);
     const int64_t seq = prefix + extend, used = floordiv(seq + a.page_size - 1, a.page_size);
-    lens[b] = static_cast<int32_t>(prefix);
-    lens[bsz + b] = static_cast<int32_t>(extend);
-    lens[2 * bsz + b] = static_cast<int32_t>(seq);
-    lens[3 * bsz + b] = static_cast<int32_t>(used);
+    a.prefix[b] = static_cast<int32_t>(prefix);
+    a.extend[b] = static_cast<int32_t>(extend);
+    a.seq[b] = static_cast<int32_t>(seq);
+    a.pages_used[b] = static_cast<int32_t>(used);
     if (prefix < 0 || extend < 0) atomicOr(&status, kNegative);
     if (used > a.width) atomicOr(&status, kTooLong);
     atomicAdd(&tokens, static_cast<unsigned long long>(extend));  // wraps like int64 addition
   }
-  // Passes 1 and 3 take kPlanItems pairs per thread per tile (strided, so accesses coalesce) and
-  // load them all before using any: the loads overlap instead of queueing one latency each.
+  // Pass 1 takes kPlanItems pairs per thread per tile (strided, so accesses coalesce) and loads
+  // them all before using any: the loads overlap instead of queueing one latency each.
   constexpr int64_t kTile = static_cast<int64_t>(kPlanThreads) * kPlanItems;
-  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 1: counts, first uses
+  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 1: uses, duplicates, first uses
     Pair p[kPlanItems];
 #pragma unroll
     for (int u = 0; u < kPlanItems; ++u) {
@@ -118,10 +114,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
     for (int u = 0; u < kPlanItems; ++u) {
       const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
       if (f >= pairs) continue;
-      pages_out[f] = p[u].used ? static_cast<int32_t>(p[u].page) : -1;
+      a.pages[f] = p[u].used ? static_cast<int32_t>(p[u].page) : -1;
       if (p[u].used && !p[u].valid) atomicOr(&status, kBadPage);
       if (!p[u].valid) continue;
-      atomicAdd(a.inverse + p[u].b * a.num_pages + p[u].page, 1);
+      if (atomicAdd(a.inverse + p[u].b * a.num_pages + p[u].page, 1) >= 0) {
+        atomicOr(&status, kDuplicate);  // the cell started at -1: an earlier use was counted
+      }
       if (kDedup && !p[u].written) {
         atomicMax(scratch + p[u].page, static_cast<int32_t>(pairs - f));
       }
@@ -129,73 +127,64 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
   }
   __syncthreads();
 
-  int64_t carry = 0;  // pass 2: pairs that open a slot, numbered in scan order (blocked items)
+  int64_t carry = 0;  // pass 2: slots in scan order, then shared slots and the inverse
   for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {
-    const int64_t f0 = t0 + static_cast<int64_t>(threadIdx.x) * kPlanItems;
+    const int64_t f0 = t0 + static_cast<int64_t>(threadIdx.x) * kPlanItems;  // blocked items
     Pair p[kPlanItems];
     bool opens[kPlanItems];
+    int64_t first[kPlanItems];
+    int32_t slot[kPlanItems];
     int count = 0;
 #pragma unroll
     for (int u = 0; u < kPlanItems; ++u) {
       opens[u] = false;
+      first[u] = f0 + u;
       const int64_t f = f0 + u;
       if (f >= pairs) continue;
       p[u] = load_pair<PageT, LenT>(a, f);
       if (!p[u].valid) continue;
-      if (__ldcg(a.inverse + p[u].b * a.num_pages + p[u].page) > 0) atomicOr(&status, kDuplicate);
-      opens[u] = !kDedup || p[u].written || pairs - __ldcg(scratch + p[u].page) == f;
+      if (kDedup && !p[u].written) first[u] = pairs - __ldcg(scratch + p[u].page);
+      opens[u] = first[u] == f;  // written pairs (and all pairs without dedup) open their own
       count += opens[u];
     }
     int tile_total = 0;
-    int64_t slot = carry + block_exclusive_sum(count, warp_sums, &tile_total);
+    int64_t next = carry + block_exclusive_sum(count, warp_sums, &tile_total);
 #pragma unroll
     for (int u = 0; u < kPlanItems; ++u) {
       if (!opens[u]) continue;
-      const bool fits = slot < S;
-      table[f0 + u] = fits ? static_cast<int32_t>(slot) : -1;
+      const bool fits = next < S;
+      slot[u] = fits ? static_cast<int32_t>(next) : -1;
+      a.slot_table[f0 + u] = slot[u];
       if (fits) {
-        slot_page[slot] = static_cast<int32_t>(p[u].page);
-        slot_owner[slot] = p[u].written ? static_cast<int32_t>(p[u].b) : -1;
+        a.slot_page[next] = static_cast<int32_t>(p[u].page);
+        a.slot_owner[next] = p[u].written ? static_cast<int32_t>(p[u].b) : -1;
       }
-      ++slot;
+      ++next;
+    }
+    __syncthreads();  // this tile's opening slots are visible to the read-only pairs that share
+#pragma unroll
+    for (int u = 0; u < kPlanItems; ++u) {
+      const int64_t f = f0 + u;
+      if (f >= pairs) continue;
+      if (!opens[u]) {  // a pair that shares a slot (first < f, opened already), or is unused
+        slot[u] = p[u].valid ? __ldcg(a.slot_table + first[u]) : -1;
+        a.slot_table[f] = slot[u];
+      }
+      if (p[u].valid) a.inverse[p[u].b * a.num_pages + p[u].page] = slot[u];
     }
     carry += tile_total;
   }
-  __syncthreads();
-
-  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 3: shared slots, inverse
-    Pair p[kPlanItems];
-    int32_t slot[kPlanItems];
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
-      slot[u] = -1;
-      if (f >= pairs) continue;
-      p[u] = load_pair<PageT, LenT>(a, f);
-      if (!p[u].valid) continue;
-      slot[u] = __ldcg(table + f);
-      if (kDedup && !p[u].written) {
-        const int64_t first = pairs - __ldcg(scratch + p[u].page);
-        if (first != f) slot[u] = __ldcg(table + first);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
-      if (f >= pairs) continue;
-      if (p[u].valid) a.inverse[p[u].b * a.num_pages + p[u].page] = slot[u];
-      table[f] = slot[u];
-    }
-  }
-  for (int64_t s = carry + threadIdx.x; s < S; s += kPlanThreads) {  // pass 4: padding slots
-    slot_page[s] = -1;
-    slot_owner[s] = -1;
+  for (int64_t s = carry + threadIdx.x; s < S; s += kPlanThreads) {  // pass 3: padding slots
+    a.slot_page[s] = -1;
+    a.slot_owner[s] = -1;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    info[0] = static_cast<int32_t>(carry);
-    info[1] = status | (carry > S ? kCapacity : 0);
-    info[2] = static_cast<int32_t>(static_cast<int64_t>(tokens));
+    const int32_t used = static_cast<int32_t>(carry);
+    const int32_t bits = status | (carry > S ? kCapacity : 0);
+    a.used_slots[0] = a.info[0] = used;
+    a.status[0] = a.info[1] = bits;
+    a.info[2] = static_cast<int32_t>(static_cast<int64_t>(tokens));
   }
 }
 
@@ -212,7 +201,8 @@ cudaError_t launch_typed(const PlanSlotsArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream) {
-  // -1 everywhere (0xFF bytes): the inverse's empty value, the first-use scratch's "none".
+  // -1 everywhere (0xFF bytes): the inverse's empty value, the first-use scratch's "none". A
+  // memset spreads over the whole GPU; the single-block kernel would take B x num_pages stores.
   const size_t inverse_bytes = static_cast<size_t>(a.num_reqs + 1) * a.num_pages * sizeof(int32_t);
   cudaError_t err = cudaMemsetAsync(a.inverse, 0xFF, inverse_bytes, stream);
   if (err != cudaSuccess) return err;

@@ -74,7 +74,8 @@ def _plan_slots_kernel(
 
     Status bits and every output: ``cpkv_runtime`` torch backend, ``plan_slots`` (the contract
     in ``cpkv_runtime._backend``). Loads of cells other threads wrote (atomics, earlier passes)
-    bypass L1 (``.cg``).
+    bypass L1 (``.cg``). The atomics are relaxed: the barriers between passes order them (the
+    default, acq_rel, puts a fence around every one).
     """
     lanes = tl.arange(0, BLOCK).to(tl.int64)
     pairs = bsz.to(tl.int64) * width
@@ -102,10 +103,10 @@ def _plan_slots_kernel(
             f, pairs, pages_ptr, prefix_ptr, extend_ptr, width, num_pages, page_size
         )
         tl.store(pages_out_ptr + f, tl.where(used, page, -1).to(tl.int32), mask=ok)
-        tl.atomic_add(inv_ptr + b * num_pages + page, 1, mask=valid)
+        tl.atomic_add(inv_ptr + b * num_pages + page, 1, mask=valid, sem="relaxed")
         if DEDUP:
             read_only = valid & ~written
-            tl.atomic_max(scratch + page, (pairs - f).to(tl.int32), mask=read_only)
+            tl.atomic_max(scratch + page, (pairs - f).to(tl.int32), mask=read_only, sem="relaxed")
         status = status | (4 * tl.max((used & ~valid).to(tl.int32), 0))
     tl.debug_barrier()
     carry = tl.full([], 0, tl.int64)
