@@ -112,6 +112,8 @@ def print_report(report: Report, console: Console | None = None) -> None:
             f"cpkv-validate · engine=reference inverse={cfg.get('inverse')} "
             f"device={cfg.get('device')} dtype={cfg.get('dtype')} cp={cfg.get('cp')}"
         )
+        if cfg.get("sglang_offsets"):
+            title += f" sglang-offsets={cfg['sglang_offsets']}"
         table = _reference_table(report)
     console.print(f"[bold]{title}[/]")
     console.print(table)

@@ -8,6 +8,7 @@ Examples::
     cpkv-validate              # reference engine, every scenario, both splits, both allocators, CPU
     cpkv-validate --cp 4 --split interleave --allocator sglang --scenario tiny_extends
     cpkv-validate --inverse legacy                 # the old value-keyed inverse: must FAIL
+    cpkv-validate --sglang-offsets upstream --scenario fresh_prompts_cp2   # SGLang 0.5.23: FAIL
     cpkv-validate --url http://127.0.0.1:30000 --concurrency 8 --json report.json
 """
 
@@ -28,6 +29,7 @@ __all__ = ["DEFAULT_CP", "build_parser", "main"]
 DEFAULT_CP = 2
 SPLITS = ("zigzag", "interleave")
 ALLOCATOR_MODES = ("free", "sglang")  # _engine.ALLOCATORS, without importing torch for --help
+OFFSET_RULES = ("upstream", "fixed")  # _ragged.RAGGED_RULES (no torch there either)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-request: the fixed (request, page)-keyed inverse; legacy: the old "
         "value-keyed one (must report contamination under --allocator free; under sglang no "
         "page is both shared and written, so there is nothing for it to break)",
+    )
+    p.add_argument(
+        "--sglang-offsets",
+        choices=OFFSET_RULES,
+        default=None,
+        help="model SGLang's RAGGED top-k offsets where its sparse attention reads the gathered "
+        "chunk of a batch without prefix under interleave CP (DSA prefill with --cp-strategy "
+        "interleave and flashmla_sparse or triton_sparse_mla over fp8 KV, flashmla_sparse_q8, "
+        "or flashmla_auto over fp8 KV on Blackwell). upstream: SGLang 0.5.23's per-rank "
+        "offsets over the requests the rank holds (fresh_prompts_cp2/cp4 must FAIL and name "
+        "the request read); fixed: each request's start in the chunk (must PASS). Runs "
+        "--split interleave unless --split is given. Default: no SGLang offsets, every read "
+        "goes through the per-request dense layout",
     )
     p.add_argument(
         "--device",
@@ -141,6 +156,8 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
             p.error(f"--url must start with http:// or https://, got {args.url!r}")
         if args.inverse != "per-request":
             p.error("--inverse applies to the reference engine only (a server has its own inverse)")
+        if args.sglang_offsets is not None:
+            p.error("--sglang-offsets applies to the reference engine only")
         if args.allocator or args.split or args.cp is not None:
             p.error("--cp, --split and --allocator apply to the reference engine only")
         for name in ("concurrency", "max_tokens"):
@@ -191,7 +208,8 @@ def _reference(args: argparse.Namespace) -> Report:
     from ._runner import Options
 
     backend = None if args.backend == "auto" else args.backend
-    splits = list(dict.fromkeys(args.split or SPLITS))
+    default_splits = ("interleave",) if args.sglang_offsets else SPLITS
+    splits = list(dict.fromkeys(args.split or default_splits))
     allocators = list(dict.fromkeys(args.allocator or ALLOCATOR_MODES))
     t0 = time.perf_counter()
     results: list[ScenarioResult] = []
@@ -207,6 +225,7 @@ def _reference(args: argparse.Namespace) -> Report:
                 dtype=args.dtype,
                 seed=args.seed,
                 backend=backend,
+                sglang_offsets=args.sglang_offsets,
             )
             for split in splits
             for allocator in allocators
@@ -223,6 +242,7 @@ def _reference(args: argparse.Namespace) -> Report:
         "splits": splits,
         "allocators": allocators,
         "inverse": args.inverse,
+        "sglang_offsets": args.sglang_offsets,
         "device": args.device,
         "dtype": args.dtype,
         "backend": args.backend,
