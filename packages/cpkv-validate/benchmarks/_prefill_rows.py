@@ -6,8 +6,9 @@ No torch here, so the report runs on any machine.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import benchkit
 
 #: The phases a prefill layer's time is split into, in table order (``bench_prefill._PhaseTimer``).
 PHASES = (
@@ -58,16 +59,17 @@ def speedups(phases: dict[str, float], base: dict[str, float] | None) -> dict[st
     return {k: base[k] / v for k, v in phases.items() if v > 0 and base.get(k, 0) >= MIN_BASE_MS}
 
 
+#: Row fields naming one measurement: ``where`` (GPU model and count, or "CPU xN") beside
+#: benchkit's device label, since cp 1 on one H200 and cp 2 on two are different machines here.
+KEY = ("where", "op", "case", "provider")
+
+
 def load_rows(path: Path) -> list[dict]:
-    """The rows recorded in ``path`` (a JSON list), or none when it does not exist."""
-    return json.loads(path.read_text()) if path.exists() else []
+    """The rows recorded in ``path`` (a benchkit record or an older plain list); none if absent."""
+    return benchkit.read_rows(path)
 
 
-def _key(r: dict) -> tuple:
-    return (r.get("where"), r["op"], r.get("case"), r.get("provider"))
-
-
-def unreplaced(recorded: list[dict], new: list[dict]) -> list[dict]:
-    """The recorded rows ``new`` does not measure again (same machine, op, case and provider)."""
-    remade = {_key(r) for r in new}
-    return [r for r in recorded if _key(r) not in remade]
+def merged(recorded: list[dict], new: list[dict]) -> list[dict]:
+    """The recorded rows ``new`` does not measure again (same machine, op, case and provider),
+    then ``new``."""
+    return benchkit.merge_rows(recorded, new, KEY)

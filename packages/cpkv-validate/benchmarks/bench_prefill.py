@@ -15,26 +15,27 @@ Two parts, one run:
 
 Writes ``validate.json`` (rows; a rerun replaces only the rows it measured again),
 ``validate.png`` (ms/layer vs tokens) and ``validate.md`` (a validate and a prefill section per
-machine) under ``--out``. Runs with plain ``python3`` and ``PYTHONPATH=packages/*/src`` (no
-install needed).
+machine) under ``--out``, through benchkit (record, merge, plot, sections). ``--render`` rewrites
+the JSON and PNG from the recorded rows alone (the Markdown sections need the run's settings).
+With plain ``python3`` (no install), put ``tools/benchkit/src`` on ``PYTHONPATH`` beside
+``packages/*/src``.
 
-    python3 packages/cpkv-validate/benchmarks/bench_prefill.py --cp 1 2 --out docs/benchmarks
+    uv run python packages/cpkv-validate/benchmarks/bench_prefill.py --cp 1 2 --out docs/benchmarks
+    uv run python packages/cpkv-validate/benchmarks/bench_prefill.py --render
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import ClassVar
 
+import benchkit
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -42,11 +43,11 @@ from _prefill_rows import (
     PHASE_OPS,
     PHASES,
     load_rows,
+    merged,
     p50_index,
     phase_ms,
     phase_op,
     speedups,
-    unreplaced,
 )
 from cpkv_validate import PRESETS, Engine, Options, init_weights, run_reference_many
 from cpkv_validate import _engine as engine_mod
@@ -204,11 +205,8 @@ def _time_prefill(args, tokens: int, backend: str | None, comm) -> tuple[list, d
 
 
 def _quantiles(xs: list[float]) -> dict[str, float]:
-    xs = sorted(xs)
-    if len(xs) == 1:
-        return {"p50": xs[0], "p20": xs[0], "p80": xs[0]}
-    q = statistics.quantiles(xs, n=10, method="inclusive")
-    return {"p50": statistics.median(xs), "p20": q[1], "p80": q[7]}
+    q = benchkit.quantiles(xs)  # samples in ms already
+    return {"p50": q.p50, "p20": q.p20, "p80": q.p80}
 
 
 def _cases(args):
@@ -329,31 +327,34 @@ def _validate_rows(args, meta) -> tuple[list[dict], list[str]]:
     return rows, md
 
 
-def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
+def _figure(rows: list[dict]) -> benchkit.Figure:
+    """ms per layer against tokens: the whole layer and its cpkv ops, per machine, cp, backend."""
+    prefill = [r for r in rows if r["op"] in ("prefill_layer", "cpkv_ops_per_layer")]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def label(r: dict) -> str:
+        what = "layer" if r["op"] == "prefill_layer" else "cpkv ops"
+        return f"{what} cp={r['cp']} {r['provider']} ({r['where']})"
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for op, style in (("prefill_layer", "-o"), ("cpkv_ops_per_layer", "--x")):
-        keys = sorted({(r["where"], r["cp"], r["provider"]) for r in rows if r["op"] == op})
-        for where, cp, prov in keys:
-            pts = sorted(
-                (r["tokens"], r["p50"])
-                for r in rows
-                if r["op"] == op and (r["where"], r["cp"], r["provider"]) == (where, cp, prov)
-            )
-            label = f"{'layer' if op == 'prefill_layer' else 'cpkv ops'} cp={cp} {prov} ({where})"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("prefill tokens (one request, one chunk)")
-    ax.set_ylabel("ms per layer (p50)")
-    ax.set_title("cpkv-validate reference engine: prefill time per layer")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    def style(name: str) -> dict[str, object]:
+        return {} if name.startswith("layer") else {"linestyle": "--", "marker": "x"}
+
+    lines = benchkit.lines_from_rows(prefill, x="tokens", label=label, style=style)
+    panel = benchkit.Panel(
+        "cpkv-validate reference engine: prefill time per layer",
+        "prefill tokens (one request, one chunk)",
+        "ms per layer (p50)",
+        lines,
+        xscale="log",
+        yscale="log",
+    )
+    return benchkit.Figure([panel], panel_size=(7.0, 4.5))
+
+
+def _write_record(rows: list[dict], out: Path) -> None:
+    """``validate.json`` (benchkit's record) and, where there are prefill rows, ``validate.png``."""
+    benchkit.write_record(out / "validate.json", "validate", rows)
+    if any(r["op"] == "prefill_layer" for r in rows):
+        benchkit.write_png(out / "validate.png", _figure(rows))
 
 
 def _prefill_table(prows: list[dict]) -> list[str]:
@@ -413,15 +414,6 @@ def _phase_table(prows: list[dict]) -> list[str]:
     return lines
 
 
-def _splice(doc: str, key: str, section: str) -> str:
-    """Replace the section between ``<!-- key:begin -->`` and ``<!-- key:end -->`` (or append)."""
-    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
-    block = f"{begin}\n{section.rstrip()}\n{end}"
-    if begin in doc and end in doc:
-        return doc[: doc.index(begin)] + block + doc[doc.index(end) + len(end) :]
-    return doc.rstrip() + "\n\n" + block + "\n"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
@@ -469,7 +461,21 @@ def main() -> int:
         help="markdown to update (its section for this machine is replaced)",
     )
     p.add_argument("--out", default="docs/benchmarks", help="where validate.{md,json,png} go")
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: rewrite validate.json and validate.png under --out from the rows "
+        "recorded in --doc's JSON",
+    )
     args = p.parse_args()
+    if args.render:
+        rows = load_rows(Path(args.doc).with_suffix(".json"))
+        if not rows:
+            p.error(f"--render: no rows in {Path(args.doc).with_suffix('.json')}; run it first")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        _write_record(rows, Path(args.out))
+        print(f"rendered {len(rows)} recorded rows into {args.out}/validate.json, validate.png")
+        return 0
     cuda = torch.cuda.is_available()
     args.device = args.device or ("cuda" if cuda else "cpu")
     if args.device == "cuda":
@@ -499,14 +505,9 @@ def main() -> int:
         else f"CPU x{os.cpu_count()}"
     )
     meta = {
+        **benchkit.capture_env(device=args.device, package="cpkv-validate"),
         "where": where,
-        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
-        "cpu": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "pkg_version": "0.1.0",
         "kernels": kernels,
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python3", *sys.argv]),
     }
     print(f"{where}, torch {meta['torch']}, {kernels}")
@@ -515,11 +516,9 @@ def main() -> int:
     lines = _prefill_table(prows) if prows else []
     # Merge with the recorded rows: only the measurements this run made again are replaced
     # (same machine, op, case and provider), so a --skip-validate run keeps the validate rows.
-    rows = unreplaced(load_rows(Path(args.doc).with_suffix(".json")), vrows + prows) + vrows + prows
-    (out / "validate.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
-    all_prefill = [r for r in rows if r["op"] in ("prefill_layer", "cpkv_ops_per_layer")]
-    if all_prefill:
-        _plot(all_prefill, out / "validate.png")
+    rows = merged(load_rows(Path(args.doc).with_suffix(".json")), vrows + prows)
+    _write_record(rows, out)
+    all_prefill = [r for r in rows if r["op"] == "prefill_layer"]
     model = PRESETS[args.preset]
     head = [
         f"### {where} — torch {meta['torch']}, CUDA {meta['cuda']}, {meta['timestamp']}",
@@ -540,12 +539,16 @@ def main() -> int:
             "",
         ]
     # prefill and validate results are separate sections, so one part's run keeps the other's
-    doc = Path(args.doc).read_text() if Path(args.doc).exists() else "# cpkv-validate\n"
+    target = out / "validate.md"
+    if not target.exists() or target.resolve() != Path(args.doc).resolve():
+        doc = Path(args.doc).read_text() if Path(args.doc).exists() else "# cpkv-validate\n"
+        target.write_text(doc)
+    sections = {}
     if section:
-        doc = _splice(doc, f"prefill {where}", "\n".join(head + section))
+        sections[f"prefill {where}"] = "\n".join(head + section)
     if md:
-        doc = _splice(doc, f"validate {where}", "\n".join(head + md))
-    (out / "validate.md").write_text(doc)
+        sections[f"validate {where}"] = "\n".join(head + md)
+    benchkit.write_sections(target, sections)  # the prose around the sections is kept
     print(
         f"wrote {out}/validate.json, {out}/validate.md" + (", validate.png" if all_prefill else "")
     )

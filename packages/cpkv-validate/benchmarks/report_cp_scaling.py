@@ -2,22 +2,22 @@
 
 Reads the prefill rows one machine recorded in ``validate.json`` (``--where``, e.g.
 "NVIDIA H200 x2"), and for every (tokens, cp) computes the speed-up over cp 1 and the parallel
-efficiency (speed-up / cp), per layer and per phase. Prints the table and writes
-``cp-scaling.json`` (these rows first, then the rows already in that file that this report did
-not remake: cpkv-validate runs, earlier prefill runs) and ``cp-scaling.png`` (time per layer
-against the ideal, efficiency against the goals, and the phases of each layer as stacked bars).
+efficiency (speed-up / cp), per layer and per phase. Prints the table and writes, through
+benchkit, ``cp-scaling.json`` (these rows first, then the rows already in that file that this
+report did not remake: cpkv-validate runs, earlier prefill runs) and ``cp-scaling.png`` (time
+per layer against the ideal, efficiency against the goals, and each phase's time per layer).
 
-    python3 packages/cpkv-validate/benchmarks/report_cp_scaling.py \\
+    uv run python packages/cpkv-validate/benchmarks/report_cp_scaling.py \\
         --where "NVIDIA H200 x2" --rows docs/benchmarks/validate.json --out docs/benchmarks
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from _prefill_rows import load_rows, p50_index, phase_ms, speedups, unreplaced
+import benchkit
+from _prefill_rows import load_rows, merged, p50_index, phase_ms, speedups
 
 # Scaling goals: parallel efficiency (speed-up / cp) at 128K tokens, per cp.
 GOALS = {2: 0.90, 8: 0.75}
@@ -72,93 +72,71 @@ def scaling_rows(rows: list[dict], where: str, provider: str = "auto") -> list[d
 
 def print_table(rows: list[dict]) -> None:
     names = list(rows[0]["phases_ms"])
-    print(
-        f"{'tokens':>7} {'cp':>3} {'ms/layer':>9} {'speed-up':>8} {'eff.':>6}  "
-        + " ".join(f"{n[:10]:>10}" for n in names)
-    )
-    for r in rows:
-        goal = "" if r["goal_met"] is None else (" goal met" if r["goal_met"] else " goal MISSED")
-        print(
-            f"{r['tokens']:>7} {r['cp']:>3} {r['p50']:>9.1f} {r['speedup_vs_cp1']:>7.2f}x "
-            f"{100 * r['parallel_efficiency']:>5.1f}%  "
-            + " ".join(f"{r['phases_ms'].get(n, 0):>10.1f}" for n in names)
-            + goal
-        )
+    header = ["tokens", "cp", "ms/layer", "speed-up", "eff.", *(n[:10] for n in names), "goal"]
+    body = [
+        [
+            r["tokens"],
+            r["cp"],
+            f"{r['p50']:.1f}",
+            f"{r['speedup_vs_cp1']:.2f}x",
+            f"{100 * r['parallel_efficiency']:.1f}%",
+            *(f"{r['phases_ms'].get(n, 0):.1f}" for n in names),
+            "" if r["goal_met"] is None else ("met" if r["goal_met"] else "MISSED"),
+        ]
+        for r in rows
+    ]
+    print(benchkit.text_table(header, body))
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_e, ax_p) = plt.subplots(1, 3, figsize=(17, 4.6))
-    lengths = sorted({r["tokens"] for r in rows})
-    for i, tokens in enumerate(lengths):
+def figure(rows: list[dict]) -> benchkit.Figure:
+    """Time per layer against the ideal, efficiency against the goals, each phase's time."""
+    measured, ideal, efficiency = [], [], []
+    for i, tokens in enumerate(sorted({r["tokens"] for r in rows})):
         rs = sorted((r for r in rows if r["tokens"] == tokens), key=lambda r: r["cp"])
-        cps = [r["cp"] for r in rs]
-        c = f"C{i}"
-        ax_t.plot(cps, [r["p50"] for r in rs], "-o", color=c, label=f"{tokens // 1024}K measured")
-        ax_t.plot(
-            cps, [rs[0]["p50"] / cp for cp in cps], ":", color=c, label=f"{tokens // 1024}K ideal"
-        )
-        ax_e.plot(
-            cps,
-            [100 * r["parallel_efficiency"] for r in rs],
-            "-o",
-            color=c,
-            label=f"{tokens // 1024}K",
-        )
-    for cp, goal in GOALS.items():
-        ax_e.plot([cp], [100 * goal], "r_", markersize=22, mew=2)
-        ax_e.annotate(
-            f"goal {goal:.0%} at {GOAL_TOKENS // 1024}K",
-            (cp, 100 * goal),
-            textcoords="offset points",
-            xytext=(6, -12),
-            color="r",
-            fontsize=8,
-        )
-    missing = [cp for cp in (2, 4, 8) if cp not in {r["cp"] for r in rows}]
-    if missing:
-        ax_e.text(
-            0.98,
-            0.04,
-            f"cp {', '.join(map(str, missing))}: not measured",
-            transform=ax_e.transAxes,
-            ha="right",
-            fontsize=8,
-            color="gray",
-        )
-    for ax in (ax_t, ax_e):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("cp (GPUs)")
-        ax.legend(fontsize=7)
-    ax_t.set_yscale("log")
-    ax_t.set_ylabel("ms per layer (p50)")
-    ax_t.set_title("prefill time per layer")
-    ax_e.set_ylabel("parallel efficiency % (speed-up / cp)")
-    ax_e.set_ylim(0, 110)
-    ax_e.set_title("parallel efficiency")
+        cps, c, k = [r["cp"] for r in rs], f"C{i}", f"{tokens // 1024}K"
+        measured.append(benchkit.Line(f"{k} measured", cps, [r["p50"] for r in rs], color=c))
+        ideal += [
+            benchkit.Line(
+                f"{k} ideal", cps, [rs[0]["p50"] / cp for cp in cps], color=c, linestyle=":",
+                marker=None,
+            )
+        ]  # fmt: skip
+        eff = [100 * r["parallel_efficiency"] for r in rs]
+        efficiency.append(benchkit.Line(k, cps, eff, color=c))
+    at = f"{GOAL_TOKENS // 1024}K"
+    goals = [
+        benchkit.HLine(100 * g, f"goal {g:.0%} at cp {cp}, {at}", color=f"C{n + 5}")
+        for n, (cp, g) in enumerate(GOALS.items())
+    ]
     names = list(rows[0]["phases_ms"])
-    labels = [f"{r['tokens'] // 1024}K\ncp{r['cp']}" for r in rows]
-    bottom = [0.0] * len(rows)
-    for j, name in enumerate(names):
-        vals = [max(r["phases_ms"].get(name, 0.0), 0.0) for r in rows]
-        color = "lightgray" if name == "other" else f"C{j}"
-        ax_p.bar(labels, vals, bottom=bottom, label=name, color=color)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax_p.set_ylabel("ms per layer (p50)")
-    ax_p.set_title("where the layer time goes")
-    ax_p.legend(fontsize=7)
-    r0 = rows[0]
-    fig.suptitle(
-        f"cpkv-validate reference engine, {r0['model']}, 1 request, {r0['where']}, "
-        f"torch {r0['torch']}",
-        fontsize=9,
+    cases = [f"{r['tokens'] // 1024}K cp{r['cp']}" for r in rows]
+    xs = list(range(len(rows)))
+    phases = [
+        benchkit.Line(n, xs, [max(r["phases_ms"].get(n, 0.0), 0.0) for r in rows]) for n in names
+    ]
+    missing = [cp for cp in (2, 4, 8) if cp not in {r["cp"] for r in rows}]
+    eff_title = "parallel efficiency" + (
+        f" (cp {', '.join(map(str, missing))}: not measured)" if missing else ""
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    r0 = rows[0]
+    return benchkit.Figure(
+        [
+            benchkit.Panel(
+                "prefill time per layer", "cp (GPUs)", "ms per layer (p50)", measured + ideal,
+                yscale="log",
+            ),
+            benchkit.Panel(
+                eff_title, "cp (GPUs)", "parallel efficiency % (speed-up / cp)", efficiency,
+                hlines=goals, ymin=0,
+            ),
+            benchkit.Panel(
+                "where the layer time goes", "case", "ms per layer (p50)", phases, xticks=cases
+            ),
+        ],
+        title=f"cpkv-validate reference engine, {r0['model']}, 1 request, {r0['where']}, "
+        f"torch {r0['torch']}",
+        ncols=3,
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -172,14 +150,16 @@ def main() -> int:
     p.add_argument("--provider", default="auto", help="cpkv_runtime backend rows to use")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     args = p.parse_args()
-    rows = scaling_rows(json.loads(args.rows.read_text()), args.where, args.provider)
+    if not args.rows.exists():
+        p.error(f"--rows {args.rows} does not exist; run bench_prefill.py first or give its JSON")
+    rows = scaling_rows(load_rows(args.rows), args.where, args.provider)
     print_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     old = args.out / "cp-scaling.json"
     # keep every recorded row this report does not remake (validate runs, earlier runs)
-    kept = unreplaced(load_rows(old), rows)
-    old.write_text(json.dumps(rows + kept, indent=1, ensure_ascii=False) + "\n")
-    plot(rows, args.out / "cp-scaling.png")
+    kept = merged(load_rows(old), rows)[: -len(rows)]  # merged() puts the new rows last
+    benchkit.write_record(old, "cp-scaling", rows + kept)  # this report's rows first
+    benchkit.write_png(args.out / "cp-scaling.png", figure(rows))
     print(f"wrote {old} ({len(rows)} scaling rows, {len(kept)} recorded rows kept), cp-scaling.png")
     return 0
 

@@ -1,23 +1,20 @@
-"""Timing, environment and writers for ``bench_shared_kv_layer.py``, kept in one place.
+"""Timing and environment for ``bench_shared_kv_layer.py``, kept in one place.
 
-A stopgap: the repository's shared harness (``tools/benchkit``: environment capture, CUDA-event
-and CUDA-graph timing, records, tables, plots) is being built on another branch. Everything this
-benchmark needs from a harness is here and only here, under names close to benchkit's
-(``cuda_event_times``, ``cuda_graph_times``, ``wall_times``, ``write_record``), so that swapping
-it for benchkit touches this file and the imports of the script, nothing else.
+The record, table and plot are benchkit's (``tools/benchkit``). The timers here keep their own
+fitted repetition budget and ``Times``/``Row`` shapes, which the benchmark's measurement code is
+written against; their names match benchkit's (``cuda_event_times``, ``cuda_graph_times``,
+``wall_times``) so that moving them onto benchkit touches this file and the imports only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 
@@ -167,53 +164,3 @@ class Row:
     @staticmethod
     def timed(case: str, phase: str, path: str, mode: str, t: Times, **meta: object) -> Row:
         return Row(case, phase, path, mode, t.p20, t.p50, t.p80, t.n, meta=dict(meta))
-
-
-def write_record(path: Path, env: dict[str, object], rows: list[Row], summary: dict) -> None:
-    """JSON: ``{"env": ..., "summary": ..., "rows": [row + env, ...]}``."""
-    data = {"env": env, "summary": summary, "rows": [{**asdict(r), **env} for r in rows]}
-    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
-
-
-def text_table(header: list[str], body: list[list[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)
-    ]
-    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(header), "-+-".join("-" * w for w in widths), *map(line, body)])
-
-
-def write_png(
-    path: Path, cases: list[str], stacks: dict[str, dict[str, list[float]]], ylabel: str
-) -> None:
-    """Stacked bars: per case, one bar per path ("cpkv", "replica"), one segment per phase (ms).
-
-    Args:
-        stacks: path -> phase -> one value per case, in milliseconds.
-        ylabel: what the values are (timing method).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(7.0, 2.6 * len(cases) + 3), 4.5))
-    width, colors = 0.38, {}
-    for k, (path_name, phases) in enumerate(stacks.items()):
-        x = [i + (k - 0.5) * width for i in range(len(cases))]
-        bottom = [0.0] * len(cases)
-        for phase, values in phases.items():
-            label = None if phase in colors else phase
-            color = colors.setdefault(phase, f"C{len(colors)}")
-            ax.bar(x, values, width, bottom=bottom, color=color, label=label, edgecolor="k", lw=0.4)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-        for xi, top in zip(x, bottom, strict=True):
-            ax.text(xi, top, path_name, ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(cases)), cases, fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.set_title("one DSA layer: cpkv materialised scratch vs SGLang full replica", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -23,7 +23,8 @@ indices must equal the torch definition's; the record says so per case.
 ``--dry`` (CPU): toy sizes, imports and signatures of the real kernels checked, the GPU kernels
 replaced by float32 torch stand-ins (so the pipeline, shapes, parity checks and writers run).
 Writes ``shared-kv-layer.json`` and ``shared-kv-layer.png`` under ``--out`` and prints a table.
-Timing and writers live in ``_layer_io.py`` until the shared harness (``tools/benchkit``) lands.
+The record, table and plot are benchkit's (``{"benchmark", "rows"}`` JSON: every timed row with
+the environment, then one ``phase="summary"`` row per case); the timers stay in ``_layer_io.py``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ import inspect
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+import benchkit
 import cpkv_runtime as cr
 import torch
 from _layer_cases import (
@@ -54,10 +57,7 @@ from _layer_io import (
     Row,
     Times,
     capture_env,
-    text_table,
     wall_times,
-    write_png,
-    write_record,
 )
 
 GOALS = {"plan_us": 100.0, "host_us_per_layer": 30.0, "share": 0.05}
@@ -326,7 +326,12 @@ def run_dry(args) -> tuple[list[Row], dict]:
 def write_outputs(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
     """The JSON record and the PNG (rewritten after every case: a cut-short run keeps its cases)."""
     out.mkdir(parents=True, exist_ok=True)
-    write_record(out / "shared-kv-layer.json", env, rows, summaries)
+    record = [{**asdict(r), **env} for r in rows] + [
+        {"case": c, "phase": "summary", "path": "-", "mode": "summary", "p50": None, "meta": s,
+         **env}
+        for c, s in summaries.items()
+    ]  # fmt: skip
+    benchkit.write_record(out / "shared-kv-layer.json", "shared-kv-layer", record)
 
     def ms(case: str, phase: str, path: str, **meta: object) -> float:
         path = "both" if phase == "indexer" else path
@@ -340,7 +345,20 @@ def write_outputs(rows: list[Row], summaries: dict[str, dict], out: Path, env: d
         "replica": {p: [ms(c, p, "replica") for c in summaries] for p in ("indexer", "attention")},
     }
     ylabel = "ms (CPU wall, toy sizes)" if env.get("dry") else "ms per layer (CUDA events, p50)"
-    write_png(out / "shared-kv-layer.png", list(summaries), stacks, ylabel)
+    cases = list(summaries)
+    lines = [
+        benchkit.Line(f"{path}: {phase}", list(range(len(cases))), values)
+        for path, phases in stacks.items()
+        for phase, values in phases.items()
+    ]
+    for path, phases in stacks.items():  # the stack's top: the path's whole layer
+        total = [sum(v) for v in zip(*phases.values(), strict=True)]
+        lines.append(benchkit.Line(f"{path}: sum", list(range(len(cases))), total, linestyle="--"))
+    panel = benchkit.Panel(
+        "one DSA layer: cpkv materialised scratch vs SGLang full replica", "case", ylabel, lines,
+        xticks=cases,
+    )  # fmt: skip
+    benchkit.write_png(out / "shared-kv-layer.png", benchkit.Figure([panel]))
 
 
 def print_report(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
@@ -351,7 +369,7 @@ def print_report(rows: list[Row], summaries: dict[str, dict], out: Path, env: di
         times = [f"{v:.1f}" if v is not None else "-" for v in (r.p50, r.p20, r.p80)]
         meta = [str(r.meta.get("backend", "")), str(r.meta.get("variant", ""))]
         body.append([r.case, r.phase, r.path, r.mode, *meta, *times, r.note])
-    print(text_table(header, body))
+    print(benchkit.text_table(header, body))
     for case, s in summaries.items():
         print(f"\n{case}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in s.items()))
     print(f"\nwrote {out / 'shared-kv-layer.json'} and {out / 'shared-kv-layer.png'}")

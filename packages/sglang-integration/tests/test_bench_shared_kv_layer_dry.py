@@ -75,7 +75,9 @@ def test_dry_run_checks_parity_and_writes_the_record(bench, tmp_path):
     assert "plan_layout_static validate=False (launch)" in variants
     for key in ("p50", "p20", "p80", "unit", "torch", "timestamp", "command", "gpu_name"):
         assert key in rows[0]
-    assert record["env"]["dry"] is True
+    assert record["benchmark"] == "shared-kv-layer" and all(r["dry"] is True for r in rows)
+    (summary_row,) = [r for r in rows if r["phase"] == "summary"]
+    assert summary_row["meta"]["share"] == summary["share"]
     assert (tmp_path / "shared-kv-layer.png").stat().st_size > 0
 
 

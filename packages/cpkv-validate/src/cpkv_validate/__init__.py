@@ -6,7 +6,9 @@ named scenarios over a paged, prefix-sharing KV pool through ``cpkv_runtime`` on
 ``torch.distributed`` ranks, with one of two page allocator models (``free``: partial pages
 shared and copied on write; ``sglang``: SGLang's page-aligned radix cache). ``http``: a live
 OpenAI-compatible server, concurrent batch against sequential golden, greedy. Every request is
-compared with itself alone at batch size 1 without CP. Nothing here imports SGLang.
+compared with itself alone at batch size 1 without CP. ``sglang_offsets`` models SGLang 0.5.23's
+RAGGED top-k offsets in batches without prefix under interleave CP (``ragged_offsets``). Nothing
+here imports SGLang.
 """
 
 from ._alloc_free import CopyOnWriteAllocator
@@ -18,6 +20,7 @@ from ._engine import ALLOCATORS, Engine, Leak, StepOutput
 from ._http import CompletionsClient, make_prompts, run_http
 from ._model import init_weights
 from ._pool import Request
+from ._ragged import RAGGED_RULES, ragged_chunk_branch, ragged_offsets
 from ._report import print_report, write_json
 from ._rt import legacy_layout
 from ._runner import Options
@@ -28,6 +31,7 @@ from .cli import main
 __all__ = [
     "ALLOCATORS",
     "PRESETS",
+    "RAGGED_RULES",
     "REST",
     "SCENARIOS",
     "TOLERANCE",
@@ -52,6 +56,8 @@ __all__ = [
     "main",
     "make_prompts",
     "print_report",
+    "ragged_chunk_branch",
+    "ragged_offsets",
     "run_http",
     "run_reference",
     "run_reference_many",

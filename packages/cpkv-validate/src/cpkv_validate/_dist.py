@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import socket
 import tempfile
 
@@ -43,6 +44,9 @@ def _threads(opts: Options) -> None:
 
 
 def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) -> None:
+    # Ctrl-C reaches the whole process group; the parent alone answers it (ends the ranks, one
+    # line), so a rank must not print a KeyboardInterrupt traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     opts = runs[0]
     _threads(opts)
     cuda = opts.device == "cuda"
@@ -72,17 +76,21 @@ def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) ->
 
 
 class _Progress:
-    """A rich progress bar over (scenario, phase) ticks, drawn by rank 0."""
+    """A rich progress bar over (scenario, phase) ticks, drawn by rank 0 on stderr."""
 
     def __init__(self, n: int) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+        console = Console(stderr=True)  # stdout carries the report (and may be a pipe)
         self.bar = Progress(
             TextColumn("[bold]cpkv-validate"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
             transient=True,
+            console=console,
+            disable=not console.is_terminal,  # a bar in a log file is noise
         )
         self.bar.start()
         self.task = self.bar.add_task("starting", total=2 * n)
@@ -118,12 +126,22 @@ def run_reference_many(
                 progress.close()
     with tempfile.TemporaryDirectory(prefix="cpkv-validate-") as d:
         path = os.path.join(d, "results.pkl")
-        mp.start_processes(
+        ctx = mp.start_processes(
             _worker,
             args=(runs, free_port(), path, show_progress),
             nprocs=opts.cp,
-            join=True,
+            join=False,
             start_method="spawn" if opts.device == "cuda" else "fork",
         )
+        try:
+            while not ctx.join():
+                pass
+        except KeyboardInterrupt:  # end every rank before the caller reports the interrupt
+            for proc in ctx.processes:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in ctx.processes:
+                proc.join()
+            raise
         with open(path, "rb") as f:
             return pickle.load(f)

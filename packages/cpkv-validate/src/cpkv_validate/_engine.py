@@ -15,6 +15,11 @@ Which pages a request gets, and which it shares, is the allocator model's busine
 under which a value-keyed inverse breaks; ``sglang`` = SGLang's page-aligned radix cache and
 paged allocator). The engine only asks it for pages and tells it what was computed.
 
+``sglang_offsets`` (``upstream`` or ``fixed``, :mod:`._ragged`) models SGLang's RAGGED top-k
+offsets: in a batch without prefix under interleave CP, sparse attention then reads the gathered
+current chunk at ``offset[row] + position`` instead of the dense layout, as SGLang's no-prefix
+branch does.
+
 With ``audit=True`` every KV row a query reads is checked against the row its own request put
 there (pool history or its own current KV); a foreign row is looked up among the batch's current
 rows and the pool to name the request it came from (:class:`Leak`).
@@ -32,8 +37,9 @@ from ._alloc_free import CopyOnWriteAllocator
 from ._alloc_sglang import SGLangAllocator
 from ._config import ModelConfig, schedule
 from ._pool import PagePool, Request
+from ._ragged import RAGGED_RULES, ragged_chunk_branch, ragged_offsets
 from ._rt import LocalComm, legacy_conflicts, legacy_layout
-from ._step import Leak, StepCtx
+from ._step import SELF, Leak, StepCtx
 
 __all__ = ["ALLOCATORS", "Engine", "Leak", "StepOutput"]
 
@@ -69,6 +75,8 @@ class Engine:
         audit: check every KV row read against its owner (names leak sources).
         q_chunk: queries per attention/indexer chunk (bounds memory at long context).
         stable_topk: break indexer top-k ties by position (batch-invariant); False = torch.topk.
+        sglang_offsets: None (read through the dense layout everywhere), or the RAGGED offset
+            rule of SGLang's no-prefix interleave branch (``upstream``/``fixed``, :mod:`._ragged`).
     """
 
     def __init__(
@@ -86,12 +94,19 @@ class Engine:
         audit: bool = False,
         q_chunk: int = 4096,
         stable_topk: bool = True,
+        sglang_offsets: str | None = None,
     ) -> None:
         self.cfg, self.w = cfg, weights
         ref = weights["embed_tokens.weight"]
         self.device, self.dtype = ref.device, ref.dtype
         if allocator not in ALLOCATORS:
             raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}, got {allocator!r}")
+        if sglang_offsets is not None and sglang_offsets not in RAGGED_RULES:
+            raise ValueError(
+                f"sglang_offsets must be None or one of {', '.join(RAGGED_RULES)}, "
+                f"got {sglang_offsets!r}"
+            )
+        self.sglang_offsets = sglang_offsets
         self.pages = ALLOCATORS[allocator](num_pages, cfg.page_size, prefix_cache=prefix_cache)
         self.pool = PagePool(cfg, self.pages.num_rows, self.dtype, self.device)
         self.comm = comm if comm is not None else LocalComm()
@@ -155,9 +170,10 @@ class Engine:
         )
         l_req, l_pos, l_ids, _ = split.local(self.comm.rank)
         ctx = StepCtx(self, reqs, layout, split, page_tab, token_req, loc, l_req, l_pos)
+        ctx.chunk_offsets = self._chunk_offsets(reqs, ext, l_req)
         hidden = ctx.forward(l_ids)
         full = gather_order(self.comm.all_gather(hidden), split)
-        out.leaks = ctx.leaks
+        out.leaks = self._all_leaks(ctx.leaks)
         for b, r in enumerate(reqs):
             sel = token_req == b
             out.positions[r.name] = token_pos[sel]
@@ -178,13 +194,48 @@ class Engine:
         )
         return page_tab, layout
 
+    def _all_leaks(self, mine: list[Leak]) -> list[Leak]:
+        """Every rank's leaks, once each: a rank reads only its own queries' rows, so a leak may
+        show on one rank alone (SGLang's RAGGED offsets misplace only the ranks missing a
+        request). Rank order, first report kept."""
+        if not self.audit or self.comm.world == 1:
+            return mine
+        seen, out = set(), []
+        for part in self.comm.all_gather_object(mine):
+            for leak in part:
+                key = (leak.layer, leak.kind, leak.victim, leak.source)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(leak)
+        return out
+
+    def _chunk_offsets(
+        self, reqs: list[Request], ext: list[int], l_req: torch.Tensor
+    ) -> torch.Tensor | None:
+        """(L,) int64 offset of each local row in the gathered chunk (-1 on padding rows), or
+        None where attention reads through the dense layout (no SGLang offsets modelled, or a
+        batch outside SGLang's no-prefix interleave branch)."""
+        prefix = [r.cached for r in reqs]
+        if self.sglang_offsets is None or not ragged_chunk_branch(
+            self.split, self.comm.world, ext, prefix
+        ):
+            return None
+        real = l_req >= 0
+        rows = l_req[real].tolist()
+        out = torch.full(l_req.shape, -1, dtype=torch.long, device=l_req.device)
+        out[real] = torch.tensor(
+            ragged_offsets(ext, rows, self.sglang_offsets), dtype=torch.long, device=l_req.device
+        )
+        return out
+
     def _write_cache(self, reqs, ext, ctx, token_req, token_pos, leaks) -> None:
         """Copy-on-write any shared page a request wrote, store its current KV rows, and tell
         the allocator what is now computed."""
         p, pool = self.cfg.page_size, self.pool
         tainted = {}
         for leak in leaks:
-            tainted.setdefault(leak.victim, set()).add(leak.source)
+            if leak.source != SELF:  # its own rows elsewhere: no other request to carry forward
+                tainted.setdefault(leak.victim, set()).add(leak.source)
         for b, (r, e) in enumerate(zip(reqs, ext, strict=True)):
             for src, dst in self.pages.before_write(r, r.cached + e):
                 pool.copy_page(src, dst)

@@ -53,11 +53,24 @@ class CompletionsClient:
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
+                raw = resp.read()
         except urllib.error.HTTPError:
             raise
         except (urllib.error.URLError, OSError) as exc:
             raise ConnectionError(f"cannot reach {self.base}{path}: {exc}") from exc
+        try:
+            return json.loads(raw)
+        except ValueError:  # not JSON, or not UTF-8
+            raise ConnectionError(
+                f"{self.base}{path} did not answer JSON (it began {raw[:40]!r}); is --url an "
+                f"OpenAI-compatible server?"
+            ) from None
+
+    def _refused(self, path: str, exc: urllib.error.HTTPError) -> ConnectionError:
+        return ConnectionError(
+            f"{self.base}{path} answered HTTP {exc.code} {exc.reason}; is --url an "
+            f"OpenAI-compatible server (and --model one it serves)?"
+        )
 
     def flush_cache(self) -> str | None:
         """Drop the server's prefix cache (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``).
@@ -78,7 +91,17 @@ class CompletionsClient:
         return None
 
     def models(self) -> list[str]:
-        return [m["id"] for m in self._call("/models").get("data", [])]
+        try:
+            out = self._call("/models")
+        except urllib.error.HTTPError as exc:
+            raise self._refused("/models", exc) from None
+        data = out.get("data") if isinstance(out, dict) else None
+        if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
+            raise ConnectionError(
+                f"{self.base}/models did not list models as {{'data': [{{'id': ...}}]}}; pass "
+                f"--model NAME"
+            )
+        return [str(m["id"]) for m in data]
 
     def complete(self, model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
         """Greedy completion of ``prompt``; returns the generated tokens (strings)."""
@@ -90,17 +113,27 @@ class CompletionsClient:
             "top_p": 1,
             "seed": seed,
         }
-        if self.logprobs:
-            try:
-                out = self._call("/completions", {**body, "logprobs": 1})
-            except urllib.error.HTTPError as exc:
-                if exc.code not in (400, 422, 501):
-                    raise
-                self.logprobs = False
-                return self.complete(model, prompt, max_tokens, seed)
-        else:
-            out = self._call("/completions", body)
-        choice = out["choices"][0]
+        try:
+            if self.logprobs:
+                try:
+                    out = self._call("/completions", {**body, "logprobs": 1})
+                except urllib.error.HTTPError as exc:
+                    if exc.code not in (400, 422, 501):
+                        raise
+                    self.logprobs = False
+                    return self.complete(model, prompt, max_tokens, seed)
+            else:
+                out = self._call("/completions", body)
+        except urllib.error.HTTPError as exc:
+            raise self._refused("/completions", exc) from None
+        try:
+            choice = out["choices"][0]
+            choice.get("text")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise ConnectionError(
+                f"{self.base}/completions answered without choices[0] (got {str(out)[:60]}); is "
+                f"--url an OpenAI-compatible server?"
+            ) from None
         toks = (choice.get("logprobs") or {}).get("tokens")
         # a server may accept logprobs and still not return them (transformers serve)
         self.token_sources.add("logprobs.tokens" if toks else "whitespace-split text")
@@ -173,6 +206,7 @@ def run_http(
     Args:
         compare_tokens: how many leading generated tokens must match (default ``max_tokens``).
     """
+    from rich.console import Console
     from rich.progress import Progress
 
     n_cmp = max_tokens if compare_tokens is None else compare_tokens
@@ -188,7 +222,9 @@ def run_http(
         model = names[0] if names else "default"
     prefix, prompts = make_prompts(requests, seed)
     warm = f"{prefix} Warmup request"  # caches the shared prefix, as a system prompt would be
-    with Progress(transient=True, disable=not show_progress) as bar:
+    bar_console = Console(stderr=True)  # stdout carries the report (and may be a pipe)
+    show = show_progress and bar_console.is_terminal  # a bar in a log file is noise
+    with Progress(transient=True, disable=not show, console=bar_console) as bar:
         task = bar.add_task("golden (sequential)", total=2 * len(prompts))
         client.complete(model, warm, 1, seed)
         golden = []

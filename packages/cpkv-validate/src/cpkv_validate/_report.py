@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -93,12 +95,30 @@ def _http_table(report: Report) -> Table:
     return table
 
 
+class _PipeConsole(Console):
+    """A console that stops printing when its reader goes (``| head``), without exiting.
+
+    rich's own answer to a broken pipe is ``SystemExit(1)``, which would report contamination
+    for a run that found none; the command's exit status must stay its own.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.file.fileno())
+        except (AttributeError, OSError, ValueError):  # a file object without a descriptor
+            pass
+        finally:
+            os.close(devnull)
+
+
 def print_report(report: Report, console: Console | None = None) -> None:
     """The table (one row per scenario run, or per request for http) and a one-line verdict."""
     if console is None:
-        console = Console()
+        console = _PipeConsole()
         if not console.is_terminal:  # pipes and CI logs: do not squeeze the table into 80 columns
-            console = Console(width=max(console.width, 150))
+            console = _PipeConsole(width=max(console.width, 150))
     cfg = report.config
     if cfg.get("engine") == "http":
         n = cfg.get("compare_tokens", cfg.get("max_tokens"))
@@ -112,6 +132,8 @@ def print_report(report: Report, console: Console | None = None) -> None:
             f"cpkv-validate · engine=reference inverse={cfg.get('inverse')} "
             f"device={cfg.get('device')} dtype={cfg.get('dtype')} cp={cfg.get('cp')}"
         )
+        if cfg.get("sglang_offsets"):
+            title += f" sglang-offsets={cfg['sglang_offsets']}"
         table = _reference_table(report)
     console.print(f"[bold]{title}[/]")
     console.print(table)
@@ -131,5 +153,19 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
 
 def write_json(report: Report, path: str | Path) -> None:
-    """Write the report (config, per-request results, leaks) as indented JSON."""
-    Path(path).write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    """Write the report (config, per-request results, leaks) as indented JSON.
+
+    Through a temporary file in the same directory, renamed over ``path``: a failed write (disk
+    full, say) leaves the file that was there.
+    """
+    path = Path(path)
+    text = json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -28,7 +28,11 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.
 
 @dataclass
 class Options:
-    """Everything a reference run needs; picklable so CP worker processes receive it."""
+    """Everything a reference run needs; picklable so CP worker processes receive it.
+
+    ``sglang_offsets``: None, or the RAGGED offset rule the engine models in SGLang's no-prefix
+    interleave branch (``upstream``: SGLang 0.5.23's; ``fixed``), see ``_ragged``.
+    """
 
     scenarios: list[str]
     cp: int = 2
@@ -41,6 +45,7 @@ class Options:
     backend: str | None = None
     preset: str = "tiny"
     overrides: dict[str, int] = field(default_factory=dict)
+    sglang_offsets: str | None = None
 
     def model_config(self) -> ModelConfig:
         return PRESETS[self.preset].with_(**self.overrides)
@@ -98,6 +103,7 @@ def run_scenario(
         allocator=opts.allocator,
         backend=opts.backend,
         audit=True,
+        sglang_offsets=opts.sglang_offsets,
     )
     got_pos: dict[str, list[torch.Tensor]] = {}
     got_rows: dict[str, list[torch.Tensor]] = {}

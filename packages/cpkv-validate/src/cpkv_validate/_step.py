@@ -9,7 +9,13 @@ map top-k positions to pool locations and ``remap_locs`` them into the dense buf
 The audit checks every KV row a query reads (latent rows and indexer keys) against the row its
 own request put there (pool history or its own current KV). A foreign row is matched bitwise
 against the batch's current rows and the pool to name the request it came from; rows a victim
-writes after reading foreign KV carry that source forward (``PagePool.taint``).
+writes after reading foreign KV carry that source forward (``PagePool.taint``). A row of the
+reader's own request at another position is reported as :data:`SELF` (SGLang's misplaced RAGGED
+offsets shift a query onto its own earlier rows as well as onto another request's).
+
+With ``chunk_offsets`` set (the engine's ``sglang_offsets`` mode, in SGLang's no-prefix
+interleave branch), sparse attention reads the gathered current chunk at ``offset[row] +
+position``, as SGLang does there; the indexer is unchanged (its key ranges are per request).
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from indexcache import TopkCarry
 
 from . import _model as m
 
-__all__ = ["Leak", "StepCtx"]
+__all__ = ["SELF", "Leak", "StepCtx"]
+
+#: Leak source of a row that is the reader's own KV, but of another position.
+SELF = "itself (another position)"
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -57,6 +66,7 @@ class StepCtx:
         self.leaks: list[Leak] = []
         self._seen: set[tuple] = set()
         self._fill_checked = False  # fill_current value checks ran for this step
+        self.chunk_offsets: torch.Tensor | None = None  # (L,) int64; see the module docstring
         self.chunks = self._chunks(eng.q_chunk)
 
     def _chunks(self, q_chunk: int) -> list[tuple[int, torch.Tensor, int]]:
@@ -169,8 +179,12 @@ class StepCtx:
         return torch.nn.functional.pad(sel, (0, pad), value=-1) if pad else sel
 
     def _attend(self, layer, b, q, sel, ai, dense) -> torch.Tensor:
-        d = self._remap(layer, b, self._locs(b, sel.reshape(-1))).view(sel.shape)
-        rows = dense[d.clamp_min(0)]
+        if self.chunk_offsets is None:
+            d = self._remap(layer, b, self._locs(b, sel.reshape(-1))).view(sel.shape)
+            rows = dense[d.clamp_min(0)]
+        else:  # SGLang's RAGGED indices into the gathered chunk (T, latent), in token order
+            d = torch.where(sel >= 0, self.chunk_offsets[q][:, None] + sel, -1)
+            rows = self.cur_lat[layer][d.clamp_min(0)]
         if self.e.audit:
             ok = sel >= 0
             self._audit(layer, "kv", b, sel[ok], d[ok], rows[ok])
@@ -192,7 +206,7 @@ class StepCtx:
         bad = (dense_loc < 0) | (_bits(got) != _bits(want)).any(dim=-1)
         sources: set[str] = set()
         for i in torch.nonzero(bad).squeeze(1).tolist():
-            sources.add(self._source(got[i], cur, store, width))
+            sources.add(self._source(b, got[i], cur, store, width))
         if e.pool.taint:
             for loc_ in locs[hist].tolist():
                 sources.update(e.pool.taint.get(loc_, ()))
@@ -203,11 +217,12 @@ class StepCtx:
                 first = int(pos[bad][0]) if bool(bad.any()) else -1
                 self.leaks.append(Leak(layer, kind, r.name, first, src))
 
-    def _source(self, row, cur, store, width) -> str:
+    def _source(self, b, row, cur, store, width) -> str:
         row = _bits(row)
         hit = torch.nonzero((_bits(cur) == row).all(dim=-1)).squeeze(1)
         if hit.numel():
-            return self.reqs[int(self.token_req[hit[0]])].name
+            src = int(self.token_req[hit[0]])
+            return SELF if src == b else self.reqs[src].name
         hit = torch.nonzero((_bits(store.view(-1, width)) == row).all(dim=-1)).squeeze(1)
         for loc_ in hit.tolist():
             if loc_ in self.e.pool.writer:

@@ -13,7 +13,6 @@ Text is tokenised by words (``crc32(word) % 448``); generated ids come back as `
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import threading
@@ -24,8 +23,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
+from ._cli_io import OneLineParser, quiet_stdout
 from ._config import PRESETS
 from ._engine import ALLOCATORS, Engine
+from ._limits import MAX_SEED
 from ._model import init_weights
 from ._scenarios import MARKER_BASE
 
@@ -224,27 +225,67 @@ def _handler(server: RefServer) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(
-    port: int = 0, inverse: str = "per-request", seed: int = 0, allocator: str = "free"
+    port: int = 0,
+    inverse: str = "per-request",
+    seed: int = 0,
+    allocator: str = "free",
+    *,
+    httpd: ThreadingHTTPServer | None = None,
 ) -> tuple[ThreadingHTTPServer, RefServer]:
-    """Start serving on 127.0.0.1:``port`` (0 = any free port) in a background thread."""
+    """Start serving on 127.0.0.1:``port`` (0 = any free port) in a background thread.
+
+    ``httpd``: a server already bound (its handler is replaced), so the port is held from the
+    moment it was checked.
+    """
     torch.set_num_threads(1)
     ref = RefServer(inverse=inverse, seed=seed, allocator=allocator)
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(ref))
+    if httpd is None:
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(ref))
+    else:
+        httpd.RequestHandlerClass = _handler(ref)
     threading.Thread(target=httpd.serve_forever, name="refserver-http", daemon=True).start()
     return httpd, ref
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m cpkv_validate.refserver", description=__doc__.split("\n")[0]
+    """Entry point of ``python -m cpkv_validate.refserver``; serves until interrupted.
+
+    Bad input (a port outside 0-65535 or already taken, a seed outside 0..2**63-1) is one line
+    on stderr and exit 2, before the model is built.
+    """
+    p = OneLineParser(prog="python -m cpkv_validate.refserver", description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=8000, help="0..65535; 0 = any free port (printed)")
+    p.add_argument(
+        "--inverse",
+        choices=["per-request", "legacy"],
+        default="per-request",
+        help="per-request (default): the fixed (request, page)-keyed inverse; legacy: the old "
+        "value-keyed one, which cpkv-validate --url must catch",
     )
-    p.add_argument("--port", type=int, default=8000, help="0 = any free port (printed)")
-    p.add_argument("--inverse", choices=["per-request", "legacy"], default="per-request")
-    p.add_argument("--allocator", choices=list(ALLOCATORS), default="free")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    httpd, _ = serve(args.port, args.inverse, args.seed, args.allocator)
-    print(f"listening on http://127.0.0.1:{httpd.server_address[1]}", flush=True)
+    p.add_argument(
+        "--allocator",
+        choices=list(ALLOCATORS),
+        default="free",
+        help="page allocator model; free (default): token-granular prefix hits, partial pages "
+        "shared and copied on write; sglang: SGLang's radix cache, hits rounded down to the page",
+    )
+    p.add_argument("--seed", type=int, default=0, help=f"weights seed, 0..{MAX_SEED}")
+    args = None
+    with quiet_stdout():  # --help into a closed pipe
+        args = p.parse_args(argv)
+    if args is None:
+        return 0
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port must be in 0..65535 (0: any free port); got {args.port}")
+    if not 0 <= args.seed <= MAX_SEED:
+        p.error(f"--seed must be in 0..{MAX_SEED} (a signed 64-bit seed); got {args.seed}")
+    try:  # bind first: a taken port is refused before the model is built
+        httpd = ThreadingHTTPServer(("127.0.0.1", args.port), BaseHTTPRequestHandler)
+    except OSError as exc:
+        p.error(f"--port {args.port}: cannot listen on 127.0.0.1 ({exc.strerror}); pick another")
+    httpd, _ = serve(args.port, args.inverse, args.seed, args.allocator, httpd=httpd)
+    with quiet_stdout():  # the address is for a reader; a closed stdout does not stop serving
+        print(f"listening on http://127.0.0.1:{httpd.server_address[1]}", flush=True)
     try:
         while True:
             time.sleep(3600)

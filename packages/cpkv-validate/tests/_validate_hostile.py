@@ -1,0 +1,172 @@
+"""Run a CLI on hostile input (a copy of indexcache's tests/_hostile.py: test packages do not
+import each other) and prove what it did not do: write, spawn, grow, or trace back.
+
+Differences from the original: a spawn is refused as well as recorded (the audit hook raises), so
+a regression that forks a process per ``--cp`` rank fails at the first fork instead of forking a
+million; the fresh interpreter gets 8 GiB of address space (torch maps 2-4 GiB at import) and
+records spawns from ``main`` on (importing torch runs ``ldconfig -p``).
+
+- :func:`run_in_process`: exit code, stdout, stderr of ``main(argv)`` (argparse's SystemExit
+  included), with every process spawn recorded through Python's audit hooks (``os.fork``,
+  ``os.posix_spawn``, ``os.exec``, ``os.system``, ``subprocess.Popen``, ...) and the live children
+  of this process counted from /proc before and after.
+- :func:`tree`: a directory's files with size, mtime and mode, to compare before and after.
+- :func:`run_measured`: the CLI in a fresh interpreter, with its peak RSS (``VmHWM`` of its own
+  address space, read by the child as it exits: a child's ``ru_maxrss`` would include the pytest
+  process it was forked from) and the spawns of ``main`` logged by the same audit hook (installed
+  after the import: importing torch runs ``ldconfig -p`` itself); an address-space
+  limit makes a regression fail with MemoryError instead of swapping the machine, and an optional
+  file-size limit (``RLIMIT_FSIZE``) makes the kernel refuse writes past a size, a real failing
+  write that stands in for a full disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SPAWN_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.exec",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+    }
+)
+_log: list[str] | None = None
+_hooked = False
+
+
+def _hook(event: str, args: tuple) -> None:
+    if _log is not None and event in SPAWN_EVENTS:
+        _log.append(event)
+        # refuse it too: a regression that forks a rank per --cp would fork 1e6 processes here
+        raise RuntimeError(f"hostile-input test: {event} refused (a refusal must spawn nothing)")
+
+
+def live_children() -> int:
+    """Children of this process alive now (every thread's /proc children list)."""
+    total = 0
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += len((task / "children").read_text().split())
+    return total
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+    spawns: list[str]
+    children_after: int = 0
+    maxrss_kib: int = 0
+
+    def __str__(self) -> str:
+        return f"exit={self.code} spawns={self.spawns}\nstdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+def run_in_process(main: Callable[[Sequence[str]], int], argv: Sequence[str]) -> Run:
+    """``main(argv)`` with stdout/stderr captured and spawns recorded."""
+    global _log, _hooked
+    if not _hooked:
+        sys.addaudithook(_hook)  # cannot be removed; it records only while _log is set
+        _hooked = True
+    before = live_children()
+    out, err, _log = io.StringIO(), io.StringIO(), []
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse
+                code = exc.code if isinstance(exc.code, int) else 1
+        spawns = list(_log)
+    finally:
+        _log = None
+    run = Run(code, out.getvalue(), err.getvalue(), spawns, live_children() - before)
+    print(run)
+    return run
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    """``{relative path: (size, mtime_ns, mode)}`` of everything under ``root``."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+_RUNNER = """
+import resource, signal, sys
+log, rss = open(sys.argv[1], "a"), sys.argv[2]
+spawn = {events!r}
+limit, fsize = {address_space!r}, {fsize!r}
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+if fsize is not None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+try:
+    from {module} import main
+    # after the import: importing torch runs ``ldconfig -p`` (ctypes.util.find_library)
+    def refuse(e, a):
+        if e in spawn:
+            log.write(e + "\\n")
+            log.flush()
+            raise RuntimeError(f"hostile-input test: {{e}} refused")
+    sys.addaudithook(refuse)
+    code = main(sys.argv[3:])
+finally:
+    status = open("/proc/self/status").read()
+    hwm = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+    open(rss, "w").write(hwm)
+sys.exit(code)
+"""
+
+
+def run_measured(
+    module: str,
+    argv: Sequence[str],
+    tmp: Path,
+    *,
+    cwd: Path | None = None,
+    fsize: int | None = None,
+    address_space: int = 8 << 30,  # torch maps 2-4 GiB of libraries at import
+    timeout: float = 300,
+) -> Run:
+    """``module.main(argv)`` in a fresh interpreter: exit code, output, spawns, peak RSS (KiB).
+
+    ``timeout`` only guards against a hang (the test then fails); nothing asserts on time.
+    """
+    log, rss = tmp / "spawn.log", tmp / "rss.txt"
+    for f in (log, rss):
+        f.write_text("")
+    code = _RUNNER.format(
+        events=sorted(SPAWN_EVENTS), address_space=address_space, fsize=fsize, module=module
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(log), str(rss), *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=timeout,
+    )
+    run = Run(
+        proc.returncode,
+        proc.stdout,
+        proc.stderr,
+        log.read_text().split(),
+        maxrss_kib=int(rss.read_text() or 0),
+    )
+    print(run, f"\npeak RSS {run.maxrss_kib} KiB")
+    return run
