@@ -235,6 +235,18 @@ def test_bad_pages_raise_plan_layouts_error(spoil, what):
     assert str(got.value) == str(want.value)
 
 
+def test_negative_lengths_raise_plan_layouts_error():
+    batch = place("neg", [Req("A", 2 * P, 5), Req("B", P, 3)], 2)
+    pages = request_pages(batch.req_to_token(), torch.arange(2), batch.seq, P)
+    with pytest.raises(cr.LayoutError) as want:
+        cr.plan_layout(pages, [2 * P, P], [5, -3], P, _num_pages(batch))
+    oc = batch.out_cache_loc()[:2]
+    with pytest.raises(cr.LayoutError) as got:
+        plan_forward(pages, [2 * P, P], [2 * P + 5, P - 3], oc, _geometry(batch, 0),
+                     _num_pages(batch))  # fmt: skip
+    assert str(got.value) == str(want.value)
+
+
 @st.composite
 def _batches(draw):
     cp = draw(st.sampled_from([2, 3, 4]))

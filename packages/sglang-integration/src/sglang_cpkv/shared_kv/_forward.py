@@ -244,6 +244,9 @@ def draft_forward(
     """
     p, device = geo.page_size, req_pages.device
     prefix, extend = tuple(int(x) for x in prefix), tuple(int(x) for x in extend)
+    if min(prefix + extend, default=0) < 0:  # host-visible: plan_layout's own error, no upload
+        cr.plan_layout(req_pages, prefix, extend, p, num_pages)
+        raise AssertionError(f"negative lengths {prefix} / {extend} passed plan_layout")
     bsz, num_tokens = len(prefix), sum(extend)
     kept = None if kept_rows is None else [int(b) for b in kept_rows]
     host = torch.tensor([*prefix, *extend, *(kept or [])], dtype=torch.long)
