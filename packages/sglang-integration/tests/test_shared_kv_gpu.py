@@ -7,7 +7,10 @@ per-layer step is what ``CpkvSharedKVPool`` runs per layer: pack the owned pages
 ``cpkv_runtime.gather_pages`` into this rank's all-gather block, the other ranks' blocks (one
 device copy here: one GPU has no peers), the two stores of the current rows at precomputed rows
 (``index_copy_``: SGLang's own store kernel in the pool), and the reads through the page table
-translated once per forward.
+translated once per forward. The whole per-forward plan (``request_pages``, ``current_locs``,
+``plan_forward``) syncs with the host at most once, and the per-layer lookups of the pool never
+(``torch.cuda.set_sync_debug_mode``; ``test_shared_kv_syncs.py`` shows the same on CPU with meta
+tensors).
 
 Run on the H200: ``uv run --frozen pytest packages/sglang-integration/tests/test_shared_kv_gpu.py
 -q -m gpu``.
@@ -21,7 +24,13 @@ import cpkv_runtime as cr
 import pytest
 import torch
 from _skv_shapes import P, Req, place
-from sglang_cpkv.shared_kv import ScratchGeometry, place_slots, plan_forward, request_pages
+from sglang_cpkv.shared_kv import (
+    ScratchGeometry,
+    current_locs,
+    place_slots,
+    plan_forward,
+    request_pages,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -168,3 +177,69 @@ def test_placement_syncs_once(setup):
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
+
+
+def _syncs_in(fn) -> list[str]:
+    """Messages of the synchronizing CUDA operations ``fn`` runs (debug mode ``warn``)."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+
+
+def test_forward_plan_syncs_at_most_once(setup):
+    """The pool's per-forward path (``CpkvSharedKVPool._begin``): one read of the plan's host
+    numbers, no other sync (the uploads of host lengths are non-blocking)."""
+    batch, geo, _, _, _ = setup
+    r2t = batch.req_to_token().to(CUDA)
+    idx = torch.arange(len(batch.pages), device=CUDA)
+
+    def forward_plan():
+        oc = current_locs(r2t, idx, batch.prefix, batch.seq)
+        pages = request_pages(r2t, idx, batch.seq, P)
+        return plan_forward(pages, batch.prefix, batch.seq, oc, geo, N * (batch.local_pages + 1))
+
+    want = forward_plan()  # first call compiles and resolves the kernels
+    syncs = _syncs_in(forward_plan)
+    assert len(syncs) <= 1, syncs
+    got = forward_plan()
+    assert torch.equal(got.cur_rows, want.cur_rows)
+    assert torch.equal(got.placement.slot_scratch, want.placement.slot_scratch)
+
+
+def test_per_layer_lookups_do_not_sync(setup):
+    """Every lookup a layer makes through the plan, and the pack kernel of the gather, under
+    ``set_sync_debug_mode("error")`` (each table translated afresh, not from the cache)."""
+    batch, geo, plan, _, t = setup
+    r2t = batch.req_to_token().to(CUDA)
+    table = r2t[:, : max(batch.seq)]
+    pack = cr.resolve_backend("materialize", CUDA).ops["materialize"]
+    block = plan.placement.block
+    send = torch.empty(block, P, LATENT, dtype=torch.uint8, device=CUDA)
+    other = plan.out_cache_loc.clone()
+
+    def layer():
+        plan._cache.clear()
+        plan.translate(table)
+        plan.scratch_pages(table[:, ::P] // P)
+        plan.write_rows(plan.out_cache_loc)
+        plan.persist_rows(plan.out_cache_loc, geo)
+        plan.persist_rows(other, geo)
+        pack(t["pool"], plan.placement.send_pages, send)
+
+    layer()  # compile first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        layer()
+    except RuntimeError as exc:
+        if "synchroniz" in str(exc):
+            pytest.fail(f"a per-layer lookup synced with the host: {exc}")
+        raise
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -1,8 +1,11 @@
 """One forward's scratch plan, and every lookup the per-layer path makes through it.
 
 :func:`plan_forward` runs once per forward (attention-metadata time): it plans the
-``cpkv_runtime`` layout, places its slots (:mod:`._plan`) and precomputes, on the device, the
-scratch row of every current token and the local pool row it persists to. The lookups below are
+``cpkv_runtime`` static layout, places its slots (:mod:`._plan`) and precomputes, on the device,
+the scratch row of every current token and the local pool row it persists to. It reads the
+device once: :func:`draft_forward` (device work) and :func:`finish_forward` (device work) are
+split around one ``.tolist()`` of a (2 + N,) tensor (the layout's status and slot count, each
+rank's gathered slots), which also carries the input and capacity checks. The lookups below are
 what SGLang's pool methods call per layer; they use only tensors of the plan (no host sync), and
 each distinct table is translated once per forward.
 
@@ -25,12 +28,21 @@ import torch
 from sglang_cpkv.shared_kv._plan import (
     ScratchGeometry,
     ScratchPlacement,
+    SlotOrder,
+    assign_slots,
+    order_slots,
     owned_local_rows,
-    place_slots,
     to_scratch,
 )
 
-__all__ = ["ForwardScratch", "TranslationError", "plan_forward"]
+__all__ = [
+    "ForwardDraft",
+    "ForwardScratch",
+    "TranslationError",
+    "draft_forward",
+    "finish_forward",
+    "plan_forward",
+]
 
 
 class TranslationError(ValueError):
@@ -162,7 +174,7 @@ def plan_forward(
     *,
     kept_rows: Sequence[int] | None = None,
 ) -> ForwardScratch:
-    """Plan one forward from SGLang's batch.
+    """Plan one forward from SGLang's batch, with one host read (see the module docstring).
 
     Args:
         req_pages: (B, M) each request's logical pages (:func:`request_pages`), -1 past its use.
@@ -178,38 +190,115 @@ def plan_forward(
         cpkv_runtime.LayoutError: a request lists a page twice, or pages outside the pool.
         ValueError: ``out_cache_loc`` does not hold one location per current token.
     """
-    p = geo.page_size
     prefix = [int(x) for x in prefix_lens]
     extend = [int(s) - q for s, q in zip(seq_lens, prefix, strict=True)]
     num_tokens = sum(extend)
-    device = req_pages.device
     if out_cache_loc.dim() != 1 or out_cache_loc.numel() != num_tokens:
         raise ValueError(
             f"out_cache_loc has shape {tuple(out_cache_loc.shape)} but the batch has "
             f"{num_tokens} current tokens (extend lengths {extend}); the shared-KV scratch "
             f"needs one location per current token, in request order"
         )
-    layout = cr.plan_layout(req_pages, prefix, extend, p, num_pages)
-    placement = place_slots(layout, prefix, geo)
-    bsz = len(prefix)
-    ext = torch.tensor(extend, dtype=torch.long, device=device)
+    draft = draft_forward(req_pages, prefix, extend, out_cache_loc, geo, num_pages, kept_rows)
+    host_numbers = draft.slots.host_numbers.tolist()  # the forward's one host read
+    return finish_forward(draft, host_numbers, geo)
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardDraft:
+    """The device half of :func:`plan_forward`, before its one host read.
+
+    Attributes:
+        slots: the static layout's slots in gather order; ``slots.host_numbers`` is what the
+            host reads (status, used slots, per-rank gathered slots).
+        prefix, extend: (B,) host lengths.
+        out_cache_loc, token_req, local_rows, row_req: as in :class:`ForwardScratch`.
+        dense_locs: (T,) each current token's dense-layout location (``remap_locs``).
+    """
+
+    slots: SlotOrder
+    prefix: tuple[int, ...]
+    extend: tuple[int, ...]
+    out_cache_loc: torch.Tensor
+    token_req: torch.Tensor
+    dense_locs: torch.Tensor
+    local_rows: torch.Tensor
+    row_req: dict[int, torch.Tensor]
+
+
+def draft_forward(
+    req_pages: torch.Tensor,
+    prefix: Sequence[int],
+    extend: Sequence[int],
+    out_cache_loc: torch.Tensor,
+    geo: ScratchGeometry,
+    num_pages: int,
+    kept_rows: Sequence[int] | None = None,
+) -> ForwardDraft:
+    """Everything of the plan that needs no host read (device work and one upload).
+
+    The host lengths go to the device in one non-blocking upload; the layout is
+    :func:`cpkv_runtime.plan_layout_static` with the capacity and token count the host knows
+    (``sum(ceil(seq_lens / P))`` slots always suffice) and its checks deferred to the status
+    that :func:`finish_forward` reads with the rest.
+    """
+    p, device = geo.page_size, req_pages.device
+    prefix, extend = tuple(int(x) for x in prefix), tuple(int(x) for x in extend)
+    if min(prefix + extend, default=0) < 0:  # host-visible: plan_layout's own error, no upload
+        cr.plan_layout(req_pages, prefix, extend, p, num_pages)
+        raise AssertionError(f"negative lengths {prefix} / {extend} passed plan_layout")
+    bsz, num_tokens = len(prefix), sum(extend)
+    kept = None if kept_rows is None else [int(b) for b in kept_rows]
+    host = torch.tensor([*prefix, *extend, *(kept or [])], dtype=torch.long)
+    # Pageable memory: the copy is staged before the call returns, so ``host`` may go.
+    upload = host.to(device, non_blocking=True)
+    prefix_t, extend_t = upload[:bsz], upload[bsz : 2 * bsz]
+    capacity = sum(-(-(q + e) // p) for q, e in zip(prefix, extend, strict=True))
+    layout = cr.plan_layout_static(
+        req_pages, prefix_t, extend_t, p, num_pages,
+        max_slots=capacity, num_tokens=num_tokens, validate=False,
+    )  # fmt: skip
     token_req = torch.repeat_interleave(
-        torch.arange(bsz, device=device), ext, output_size=num_tokens
+        torch.arange(bsz, device=device), extend_t, output_size=num_tokens
     )
-    dense = cr.remap_locs(out_cache_loc, token_req, layout, validate=False)
     row_req = {bsz: torch.arange(bsz, device=device)}
-    if kept_rows is not None:
-        kept = [int(b) for b in kept_rows]
-        row_req.setdefault(len(kept), torch.tensor(kept, dtype=torch.long, device=device))
+    if kept is not None:
+        row_req.setdefault(len(kept), upload[2 * bsz :])
     # Per-token tables (one row per query token). Every extend holds >= 1 token, so T == B only
     # when each request extends by one (token_req == arange), and T >= B > len(kept) otherwise.
     row_req.setdefault(num_tokens, token_req)
-    return ForwardScratch(
-        placement=placement,
+    return ForwardDraft(
+        slots=order_slots(layout, geo),
+        prefix=prefix,
+        extend=extend,
         out_cache_loc=out_cache_loc,
         token_req=token_req,
-        cur_rows=to_scratch(dense, placement.slot_scratch, p),
+        dense_locs=cr.remap_locs(out_cache_loc, token_req, layout, validate=False),
         local_rows=owned_local_rows(out_cache_loc, p, geo.shard_size, geo.shard_rank),
         row_req=row_req,
-        stage_after_gather=any(q % p and e for q, e in zip(prefix, extend, strict=True)),
+    )
+
+
+def finish_forward(
+    draft: ForwardDraft, host_numbers: Sequence[int], geo: ScratchGeometry
+) -> ForwardScratch:
+    """The rest of the plan from the host numbers (``draft.slots.host_numbers`` read back):
+    the input and capacity checks, then device work only.
+
+    Raises:
+        ScratchCapacityError: the batch does not fit the scratch.
+        cpkv_runtime.LayoutError: a request lists a page twice, or pages outside the pool.
+    """
+    p = geo.page_size
+    placement = assign_slots(draft.slots, host_numbers, geo)
+    return ForwardScratch(
+        placement=placement,
+        out_cache_loc=draft.out_cache_loc,
+        token_req=draft.token_req,
+        cur_rows=to_scratch(draft.dense_locs, placement.slot_scratch, p),
+        local_rows=draft.local_rows,
+        row_req=draft.row_req,
+        stage_after_gather=any(
+            q % p and e for q, e in zip(draft.prefix, draft.extend, strict=True)
+        ),
     )

@@ -12,21 +12,25 @@ SGLang's sharded pool (``mem_cache/page_interleave_pool.py``) keeps logical page
   current pages), in slot order;
 - **trash page** ``trash_page``: where an absent lookup points (never read as data).
 
-The slots are those of :func:`cpkv_runtime.plan_layout` (keyed by ``(request, page)``); this
+The slots are those of :func:`cpkv_runtime.plan_layout` (keyed by ``(request, page)``; the
+per-forward plan gets them from :func:`cpkv_runtime.plan_layout_static`, bitwise the same); this
 module only decides *where* each slot lives (``slot_scratch``), so the per-request guarantees of
 the layout carry over: a request reads its own private slot for every page it writes, and
 shares a slot only for read-only pages. Inside an owner's block, slots are ordered by local page
 (then slot), as SGLang orders its prefix pages, so a single request's plan places its prefix
 exactly where SGLang's does.
 
-One host sync per plan: the per-owner slot counts (``block`` sizes the all-gather). Everything
-the per-layer path needs is a device tensor afterwards.
+One host read per plan, in :func:`place_slots` between its two device halves
+(:func:`order_slots`, :func:`assign_slots`): one small tensor with the static layout's status,
+its slot count and the per-owner slot counts (``block`` sizes the all-gather, the counts size
+the regions and the admission check). Everything the per-layer path needs is a device tensor
+afterwards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cpkv_runtime as cr
 import torch
@@ -37,8 +41,11 @@ __all__ = [
     "ScratchCapacityError",
     "ScratchGeometry",
     "ScratchPlacement",
+    "SlotOrder",
+    "assign_slots",
     "current_locs",
     "interleave_kept_rows",
+    "order_slots",
     "owned_local_rows",
     "place_slots",
     "request_pages",
@@ -133,7 +140,7 @@ def request_pages(
     first = req_to_token[req_pool_indices.long().unsqueeze(1), cols.unsqueeze(0)]
     pages = torch.div(first.long(), page_size, rounding_mode="floor")
     j = torch.arange(max_pages, device=device).unsqueeze(0)
-    n_used = torch.tensor(used, dtype=torch.long, device=device).unsqueeze(1)
+    n_used = torch.tensor(used, dtype=torch.long).to(device, non_blocking=True).unsqueeze(1)
     return torch.where(j < n_used, pages, -1).to(torch.int32)
 
 
@@ -144,38 +151,67 @@ def current_locs(
     seq_lens: Sequence[int],
 ) -> torch.Tensor:
     """The batch's current-token locations, request-major (what SGLang's ``out_cache_loc`` holds
-    once the allocator has written ``req_to_token``)."""
-    parts = [
-        req_to_token[req_pool_indices[b].long(), int(p) : int(s)]
-        for b, (p, s) in enumerate(zip(prefix_lens, seq_lens, strict=True))
-    ]
-    return torch.cat(parts) if parts else req_to_token.new_empty(0)
+    once the allocator has written ``req_to_token``).
+
+    One gather at (request, position) indices computed on the device from the host lengths:
+    indexing ``req_to_token`` with a 0-d device tensor per request would read each index back.
+
+    Returns:
+        (T,) of ``req_to_token``'s dtype, ``T = sum(seq_lens - prefix_lens)``.
+    """
+    device = req_to_token.device
+    prefix = [int(p) for p in prefix_lens]
+    extend = [int(s) - p for s, p in zip(seq_lens, prefix, strict=True)]
+    num_tokens = sum(extend)
+    lens = torch.tensor([prefix, extend], dtype=torch.long).reshape(2, len(prefix))
+    prefix_t, extend_t = lens.to(device, non_blocking=True)
+    req = torch.repeat_interleave(
+        torch.arange(len(prefix), device=device), extend_t, output_size=num_tokens
+    )
+    first = torch.cumsum(extend_t, 0) - extend_t  # each request's first flattened token
+    pos = torch.arange(num_tokens, device=device) - first[req] + prefix_t[req]
+    return req_to_token[req_pool_indices.long()[req], pos]
 
 
-def place_slots(
-    layout: cr.Layout, prefix_lens: Sequence[int], geo: ScratchGeometry
-) -> ScratchPlacement:
-    """Give every slot of ``layout`` a scratch page (see the module docstring).
+@dataclass(frozen=True, eq=False)
+class SlotOrder:
+    """The device half of :func:`place_slots`: every slot's owner and gather order, before the
+    one host read that sizes the regions.
 
-    Args:
-        layout: from :func:`cpkv_runtime.plan_layout` over logical pages.
-        prefix_lens: (B,) host history lengths (the layout's ``prefix_lens``).
-        geo: the scratch regions.
+    Attributes:
+        layout: the layout being placed (padded from :func:`cpkv_runtime.plan_layout_static`,
+            or exact from :func:`cpkv_runtime.plan_layout`); ``S`` = ``layout.num_slots``.
+        order: (S,) int64 slot ids: gathered slots by (owner rank, local page, slot), then the
+            others by slot (used fresh slots before the padding slots of a padded layout).
+        owner: (S,) int64 rank that owns each slot's page (``page % N``).
+        local: (S,) int64 local page of each slot's page on its owner (``page // N``).
+        host_numbers: (2 + N,) int64 what the host needs, read in one transfer: the layout's
+            status (0 = valid input), the slots it uses, and each rank's gathered slots.
+    """
 
-    Raises:
-        ScratchCapacityError: the gather or write region is too small for this batch.
+    layout: cr.Layout
+    order: torch.Tensor
+    owner: torch.Tensor
+    local: torch.Tensor
+    host_numbers: torch.Tensor
+
+
+def order_slots(layout: cr.Layout, geo: ScratchGeometry) -> SlotOrder:
+    """Sort the slots of ``layout`` for the gather (device work only: nothing is read back).
+
+    A slot is *gathered* when some request reads a history row through it (a read-only prefix
+    page, or the history part of a page a request writes); the others are fresh.
     """
     p, n, device = geo.page_size, geo.shard_size, layout.device
     num_slots = layout.num_slots
-    prefix = torch.tensor([int(x) for x in prefix_lens], dtype=torch.long, device=device)
     j = torch.arange(layout.max_pages, device=device).unsqueeze(0)
     used = layout.slot_table >= 0
-    history = used & (j * p < prefix.unsqueeze(1))  # the pair's page holds a history row
+    history = used & (j * p < layout.prefix_lens.long().unsqueeze(1))
     slot = layout.slot_table.long().clamp(min=0)
     hits = torch.zeros(num_slots + 1, dtype=torch.long, device=device)
     hits.index_add_(0, torch.where(used, slot, num_slots).reshape(-1), history.reshape(-1).long())
     gathered = hits[:num_slots] > 0
-    page = layout.slot_page.long()
+    page = layout.slot_page.long()  # -1 on a padded layout's padding slots (never gathered)
     owner = page % n
     local = torch.div(page, n, rounding_mode="floor")
     ids = torch.arange(num_slots, device=device)
@@ -184,10 +220,43 @@ def place_slots(
     order = torch.argsort(key)
     # (bincount and boolean indexing would each sync: they size their output on the host)
     counts = torch.zeros(n, dtype=torch.long, device=device).index_add_(0, owner, gathered.long())
-    owned = tuple(int(c) for c in counts.tolist())  # the plan's one host sync
+    if layout.padded:
+        head = torch.cat([layout.status, layout.used_slots]).long()
+    else:
+        head = torch.tensor([0, num_slots], dtype=torch.long).to(device, non_blocking=True)
+    return SlotOrder(layout, order, owner, local, torch.cat([head, counts]))
+
+
+def assign_slots(
+    slots: SlotOrder, host_numbers: Sequence[int], geo: ScratchGeometry
+) -> ScratchPlacement:
+    """Give every slot a scratch page from :func:`order_slots` and its host numbers (device
+    work only; ``host_numbers`` is ``slots.host_numbers`` read back).
+
+    Raises:
+        cpkv_runtime.LayoutError: the layout's input was invalid (its status is nonzero).
+        ScratchCapacityError: the gather or write region is too small for this batch.
+    """
+    n, device = geo.shard_size, slots.layout.device
+    status, num_used, *owned_list = (int(v) for v in host_numbers)
+    if status:  # bad input: plan_layout's own message (its checks rerun, off the hot path)
+        slots.layout.verify()
+        raise AssertionError(f"layout status {status}, yet Layout.verify() passed")
+    owned = tuple(owned_list)
+    if len(owned) != n:
+        raise ValueError(f"host_numbers holds {len(owned)} rank counts for {n} ranks")
+    layout = slots.layout
+    if layout.padded:  # plan_layout's exact layout: the padding slots cut off
+        layout = replace(
+            layout,
+            slot_page=layout.slot_page[:num_used],
+            slot_owner=layout.slot_owner[:num_used],
+            used_slots=None,
+            status=None,
+        )
     block = max(owned, default=0)
     num_gathered = sum(owned)
-    num_fresh = num_slots - num_gathered
+    num_fresh = num_used - num_gathered
     if n * block > geo.gather_pages or num_fresh > geo.write_pages:
         raise ScratchCapacityError(
             f"this batch needs {n} x {block} gather pages (ranks own {list(owned)} of its "
@@ -196,18 +265,50 @@ def place_slots(
             f"raise the scratch (longer --context-length budget or --chunked-prefill-size) or "
             f"send fewer long prefixes per batch"
         )
-    starts = [sum(owned[:r]) for r in range(n)]
+    counts = slots.host_numbers[2:]
+    start_of = torch.cumsum(counts, 0) - counts
+    owner, order = slots.owner, slots.order
     sorted_gathered = order[:num_gathered]
-    start_of = torch.tensor(starts, dtype=torch.long, device=device)
     within = torch.arange(num_gathered, device=device) - start_of[owner[sorted_gathered]]
-    slot_scratch = torch.empty(num_slots + 1, dtype=torch.long, device=device)
+    slot_scratch = torch.empty(num_used + 1, dtype=torch.long, device=device)
     slot_scratch[sorted_gathered] = owner[sorted_gathered] * block + within
-    slot_scratch[order[num_gathered:]] = geo.write_base + torch.arange(num_fresh, device=device)
-    slot_scratch[num_slots] = geo.trash_page
-    mine = sorted_gathered[starts[geo.shard_rank] : starts[geo.shard_rank] + owned[geo.shard_rank]]
+    fresh = order[num_gathered:num_used]
+    slot_scratch[fresh] = geo.write_base + torch.arange(num_fresh, device=device)
+    slot_scratch[num_used] = geo.trash_page
+    first = sum(owned[: geo.shard_rank])
+    mine = sorted_gathered[first : first + owned[geo.shard_rank]]
     send_pages = torch.zeros(block, dtype=torch.long, device=device)
-    send_pages[: mine.shape[0]] = local[mine]
+    send_pages[: mine.shape[0]] = slots.local[mine]
     return ScratchPlacement(layout, slot_scratch, block, owned, num_fresh, send_pages)
+
+
+def place_slots(
+    layout: cr.Layout, prefix_lens: Sequence[int], geo: ScratchGeometry
+) -> ScratchPlacement:
+    """Give every slot of ``layout`` a scratch page (see the module docstring).
+
+    :func:`order_slots`, one host read of its ``host_numbers`` (the plan's one sync), then
+    :func:`assign_slots`.
+
+    Args:
+        layout: from :func:`cpkv_runtime.plan_layout_static` (or :func:`cpkv_runtime.plan_layout`)
+            over logical pages; the placement keeps it without its padding slots.
+        prefix_lens: (B,) host history lengths (the layout's ``prefix_lens``). The placement
+            reads the layout's device copy; the host list only has to name every request.
+        geo: the scratch regions.
+
+    Raises:
+        ValueError: ``prefix_lens`` does not hold one length per request of ``layout``.
+        cpkv_runtime.LayoutError: a padded layout's input was invalid.
+        ScratchCapacityError: the gather or write region is too small for this batch.
+    """
+    if len(prefix_lens) != layout.batch_size:
+        raise ValueError(
+            f"prefix_lens has {len(prefix_lens)} entries but the layout has "
+            f"{layout.batch_size} requests; fix: pass the lengths the layout was planned with"
+        )
+    slots = order_slots(layout, geo)
+    return assign_slots(slots, slots.host_numbers.tolist(), geo)  # the plan's one host read
 
 
 def to_scratch(

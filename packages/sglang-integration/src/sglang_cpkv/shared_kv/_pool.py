@@ -28,6 +28,9 @@ index key cache               ``_scratch_pages`` and ``write_targets`` per reque
 Per layer the path is: wait for the slot, kick the next layer's pack + all-gather on the side
 stream, two stores of the current tokens, reads through tables translated once per forward.
 None of it syncs with the host, and every shape is fixed by the plan (CUDA-graph capturable).
+The plan itself (:meth:`CpkvSharedKVPool.begin_cpkv_extend`, once per forward) reads the device
+once: the ``(2 + N,)`` host numbers of :func:`plan_forward` (layout status, slot count, per-rank
+gathered slots).
 """
 
 from __future__ import annotations
@@ -114,7 +117,8 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
     # ---- per forward ------------------------------------------------------------------------
 
     def begin_cpkv_extend(self, req_to_token: torch.Tensor, forward_batch: Any) -> None:
-        """Plan this forward from SGLang's batch (called once, at attention-metadata time)."""
+        """Plan this forward from SGLang's batch (called once, at attention-metadata time; the
+        forward's one host read is inside :func:`plan_forward`)."""
         from sglang.srt.layers.attention.dsa.utils import can_dsa_prefill_cp_interleave
 
         kept = None

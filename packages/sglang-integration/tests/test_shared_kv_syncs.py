@@ -1,0 +1,274 @@
+"""The shared-KV plan reads the device once per forward, and the per-layer lookups never.
+
+Mechanism: tensors on PyTorch's ``meta`` device carry shapes, dtypes and strides but no data, so
+every operation that needs a device value on the host fails on them: ``.item()`` / ``int()`` /
+``bool()`` (``Tensor.item() cannot be called on meta tensors``), ``.tolist()`` / ``.cpu()``
+(``Cannot copy out of meta tensor``), and the ops that size their output from the data
+(``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave`` without ``output_size``).
+Those are the operations that make a CUDA stream sync with the host. A function that runs to the
+end on meta inputs therefore read nothing back, and nothing is patched or stood in for: our code
+and ``cpkv_runtime``'s real torch backend run. ``test_meta_catches_every_kind_of_host_read``
+shows the mechanism fails on each kind of read. What meta cannot see is a *blocking upload*
+(host to device): the plan's uploads are non-blocking, and the GPU test
+(``test_shared_kv_gpu.py``) counts every sync of the plan under ``torch.cuda.set_sync_debug_mode``.
+
+The plan is split around its one read (``draft_forward``, ``.tolist()`` of the draft's
+``host_numbers``, ``finish_forward``), so both halves run here on meta; ``plan_forward`` itself,
+run on meta, stops at that one line. The per-layer lookups (what ``CpkvSharedKVPool``'s
+``translate_loc_to_scratch``, ``_translate_loc_cached``, ``cpkv_persist_rows``, the indexer's
+``_scratch_pages``/``write_targets`` and the ``_prefetch_layer`` pack call) then run on the plan
+built on meta.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import cpkv_runtime as cr
+import pytest
+import torch
+from _skv_shapes import SHAPES, Batch, P, Req, place
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sglang_cpkv.shared_kv import (
+    ForwardScratch,
+    ScratchGeometry,
+    current_locs,
+    draft_forward,
+    finish_forward,
+    interleave_kept_rows,
+    place_slots,
+    plan_forward,
+    request_pages,
+)
+from sglang_cpkv.shared_kv import _forward as forward_module
+
+META = torch.device("meta")
+
+
+def _geometry(batch: Batch, rank: int) -> ScratchGeometry:
+    n = batch.shard_size
+    history = sum(-(-p // P) for p in batch.prefix)
+    return ScratchGeometry(P, n, rank, n * history, sum(len(w) for w in batch.writers))
+
+
+def _kept(batch: Batch, rank: int) -> list[int] | None:
+    if batch.num_tokens < batch.shard_size:
+        return None
+    return interleave_kept_rows(batch.extend, batch.shard_size, rank)
+
+
+def _num_pages(batch: Batch) -> int:
+    return batch.shard_size * (batch.local_pages + 1)
+
+
+def _plan_on(device: torch.device, batch: Batch, rank: int, host_numbers=None):
+    """The pool's per-forward path (``CpkvSharedKVPool._begin`` without ``out_cache_loc``):
+    ``current_locs``, ``request_pages``, the draft; then the finish from ``host_numbers`` (read
+    here from the draft when None)."""
+    r2t = batch.req_to_token().to(device)
+    idx = torch.arange(len(batch.pages)).to(device)
+    oc = current_locs(r2t, idx, batch.prefix, batch.seq)
+    pages = request_pages(r2t, idx, batch.seq, P)
+    geo = _geometry(batch, rank)
+    draft = draft_forward(pages, batch.prefix, batch.extend, oc, geo, _num_pages(batch),
+                          _kept(batch, rank))  # fmt: skip
+    if host_numbers is None:
+        host_numbers = draft.slots.host_numbers.tolist()
+    return draft, finish_forward(draft, host_numbers, geo), r2t
+
+
+def _tensors(plan: ForwardScratch) -> dict[str, torch.Tensor]:
+    placement, layout = plan.placement, plan.placement.layout
+    names = ("out_cache_loc", "token_req", "cur_rows", "local_rows")
+    out = {name: getattr(plan, name) for name in names}
+    out |= {f"placement.{n}": getattr(placement, n) for n in ("slot_scratch", "send_pages")}
+    for name in ("req_pages", "prefix_lens", "extend_lens", "slot_table", "slot_page", "inverse"):
+        out[f"layout.{name}"] = getattr(layout, name)
+    out |= {f"row_req[{n}]": t for n, t in plan.row_req.items()}
+    return out
+
+
+def _same_shapes(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for name, t in want.items():
+        assert (got[name].shape, got[name].dtype) == (t.shape, t.dtype), name
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda t: t.sum().item(),
+        lambda t: int(t[0]),
+        lambda t: bool((t > 0).any()),
+        lambda t: t.tolist(),
+        lambda t: t.cpu(),
+        lambda t: torch.nonzero(t),
+        lambda t: t[t > 0],
+        lambda t: torch.unique(t),
+        lambda t: torch.repeat_interleave(t, t),
+    ],
+    ids=["item", "int", "bool", "tolist", "cpu", "nonzero", "mask", "unique", "repeat"],
+)
+def test_meta_catches_every_kind_of_host_read(read):
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        read(torch.arange(4, device=META))
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_plan_reads_the_device_once(name, cp):
+    """Both halves of the plan run on meta; the whole plan on meta stops at its one read."""
+    batch = place(name, SHAPES[name], cp)
+    for rank in range(cp):
+        cpu_draft, cpu_plan, _ = _plan_on(torch.device("cpu"), batch, rank)
+        numbers = cpu_draft.slots.host_numbers.tolist()
+        assert len(numbers) == 2 + cp  # status, used slots, one count per rank: one transfer
+        meta_draft, meta_plan, _ = _plan_on(META, batch, rank, numbers)  # no read in either half
+        assert meta_draft.slots.host_numbers.shape == (2 + cp,)
+        _same_shapes(_tensors(meta_plan), _tensors(cpu_plan))
+        assert meta_plan.placement.block == cpu_plan.placement.block
+        assert meta_plan.stage_after_gather is cpu_plan.stage_after_gather
+
+
+def test_whole_plan_on_meta_stops_at_its_one_read():
+    batch = place("two", SHAPES["two_prefix_chains"], 2)
+    r2t = batch.req_to_token().to(META)
+    idx = torch.arange(len(batch.pages), device=META)
+    pages = request_pages(r2t, idx, batch.seq, P)
+    oc = current_locs(r2t, idx, batch.prefix, batch.seq)
+    with pytest.raises(NotImplementedError, match="meta") as info:
+        plan_forward(pages, batch.prefix, batch.seq, oc, _geometry(batch, 0), _num_pages(batch))
+    frames = [f for f in traceback.extract_tb(info.tb) if f.filename == forward_module.__file__]
+    assert [f.name for f in frames] == ["plan_forward"]
+    assert "host_numbers.tolist()" in frames[-1].line
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_per_layer_lookups_read_nothing(name, cp):
+    """Every lookup a layer makes, on the plan built on meta (each computed, not cached)."""
+    batch = place(name, SHAPES[name], cp)
+    width = max(batch.seq)
+    for rank in range(cp):
+        cpu_draft, cpu_plan, cpu_r2t = _plan_on(torch.device("cpu"), batch, rank)
+        _, plan, r2t = _plan_on(META, batch, rank, cpu_draft.slots.host_numbers.tolist())
+        geo = _geometry(batch, rank)
+        row_sets = [list(range(len(batch.pages)))]
+        if (kept := _kept(batch, rank)) is not None:
+            row_sets.append(kept)
+        for rows in row_sets:
+            table, cpu_table = r2t[rows, :width], cpu_r2t[rows, :width]
+            plan._cache.clear()
+            got, want = plan.translate(table), cpu_plan.translate(cpu_table)
+            assert (got.shape, got.dtype) == (want.shape, want.dtype)
+            plan._cache.clear()
+            got = plan.scratch_pages(table[:, ::P] // P)
+            want = cpu_plan.scratch_pages(cpu_table[:, ::P] // P)
+            assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        assert plan.write_rows(plan.out_cache_loc) is plan.cur_rows
+        other = plan.out_cache_loc.clone()
+        assert plan.persist_rows(other, geo).shape == other.shape
+        if len(batch.pages) == 1:
+            plan._cache.clear()
+            assert plan.translate(other).shape == other.shape
+        # the pack of _prefetch_layer: the resolved page copy on the plan's send pages
+        pack = cr.resolve_backend("materialize", META).ops["materialize"]
+        pool = torch.empty(batch.local_pages + 1, P, 656, dtype=torch.uint8, device=META)
+        send = torch.empty(plan.placement.block, P, 656, dtype=torch.uint8, device=META)
+        pack(pool, plan.placement.send_pages, send)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_the_static_plan_keeps_plan_layouts_slots(name):
+    """The placed layout is ``cpkv_runtime.plan_layout``'s for the batch, tensor for tensor."""
+    batch = place(name, SHAPES[name], 2)
+    _, plan, r2t = _plan_on(torch.device("cpu"), batch, 0)
+    pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
+    want = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+    got = plan.placement.layout
+    assert not got.padded and got.num_tokens == want.num_tokens
+    for field in ("req_pages", "prefix_lens", "extend_lens", "seq_lens", "pages_used",
+                  "slot_table", "slot_page", "slot_owner", "inverse"):  # fmt: skip
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_placing_plan_layouts_layout_gives_the_same_placement(name, cp):
+    """``place_slots`` on an exact ``plan_layout`` layout (no padding, no status) places every
+    slot where the forward plan (static layout) does."""
+    batch = place(name, SHAPES[name], cp)
+    for rank in range(cp):
+        _, plan, r2t = _plan_on(torch.device("cpu"), batch, rank)
+        pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
+        layout = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+        got = place_slots(layout, batch.prefix, _geometry(batch, rank))
+        want = plan.placement
+        assert (got.block, got.owned, got.num_fresh) == (want.block, want.owned, want.num_fresh)
+        assert torch.equal(got.slot_scratch, want.slot_scratch)
+        assert torch.equal(got.send_pages, want.send_pages)
+
+
+def _page_twice(pages: torch.Tensor) -> None:
+    pages[1, 1] = pages[1, 0]
+
+
+def _page_outside(pages: torch.Tensor) -> None:
+    pages[0, 1] = 10**6
+
+
+@pytest.mark.parametrize(
+    ("spoil", "what"), [(_page_twice, "twice"), (_page_outside, "out of range")]
+)
+def test_bad_pages_raise_plan_layouts_error(spoil, what):
+    """Invalid pages surface at the plan's one read, with ``plan_layout``'s own message."""
+    batch = place("bad", [Req("A", 3 * P, 5), Req("B", 2 * P, 70)], 2)
+    pages = request_pages(batch.req_to_token(), torch.arange(2), batch.seq, P)
+    spoil(pages)
+    with pytest.raises(cr.LayoutError) as want:
+        cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+    assert what in str(want.value)
+    with pytest.raises(cr.LayoutError) as got:
+        plan_forward(pages, batch.prefix, batch.seq, batch.out_cache_loc(),
+                     _geometry(batch, 0), _num_pages(batch))  # fmt: skip
+    assert str(got.value) == str(want.value)
+
+
+def test_negative_lengths_raise_plan_layouts_error():
+    batch = place("neg", [Req("A", 2 * P, 5), Req("B", P, 3)], 2)
+    pages = request_pages(batch.req_to_token(), torch.arange(2), batch.seq, P)
+    with pytest.raises(cr.LayoutError) as want:
+        cr.plan_layout(pages, [2 * P, P], [5, -3], P, _num_pages(batch))
+    oc = batch.out_cache_loc()[:2]
+    with pytest.raises(cr.LayoutError) as got:
+        plan_forward(pages, [2 * P, P], [2 * P + 5, P - 3], oc, _geometry(batch, 0),
+                     _num_pages(batch))  # fmt: skip
+    assert str(got.value) == str(want.value)
+
+
+@st.composite
+def _batches(draw):
+    cp = draw(st.sampled_from([2, 3, 4]))
+    reqs = [
+        Req(
+            draw(st.sampled_from([None, "A", "B"])),
+            draw(st.integers(0, 3 * P + 2)),
+            draw(st.integers(1, 2 * P + 3)),
+        )
+        for _ in range(draw(st.integers(1, 5)))
+    ]
+    return place("random", reqs, cp), draw(st.integers(0, cp - 1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=_batches())
+def test_random_plans_read_once_and_keep_plan_layouts_slots(case):
+    batch, rank = case
+    cpu_draft, cpu_plan, r2t = _plan_on(torch.device("cpu"), batch, rank)
+    _, meta_plan, _ = _plan_on(META, batch, rank, cpu_draft.slots.host_numbers.tolist())
+    _same_shapes(_tensors(meta_plan), _tensors(cpu_plan))
+    pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
+    want = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+    assert torch.equal(cpu_plan.placement.layout.slot_page, want.slot_page)
+    assert torch.equal(cpu_plan.placement.layout.inverse, want.inverse)
