@@ -188,14 +188,16 @@ _JOIN = st.sampled_from([" ", "  ", "\t", " \\\n  ", " \\\n"])
         max_size=3,
     ),
     sub=st.sampled_from(["check", "work", "frob"]),
-    joins=st.lists(_JOIN, min_size=12, max_size=12),
+    joins=st.lists(_JOIN, min_size=14, max_size=14),  # 3 + 3 x 3 + 3 words at most
 )
 def test_prefixes_and_continuations_reach_the_command(env, assignments, wrappers, sub, joins):
     """However a command is prefixed and wrapped over lines, the innermost executable is found,
     on the line where the command starts, with its subcommand as its first argument."""
     words = [f"{n}='{v}'" if quote else f"{n}={v}" for n, v, quote in assignments]
     words += [w for wrapper in wrappers for w in wrapper] + ["govctl", sub, "--x"]
-    text = words[0] + "".join(j + w for j, w in zip(joins, words[1:], strict=False))
+    text = words[0] + "".join(
+        j + w for j, w in zip(joins[: len(words) - 1], words[1:], strict=True)
+    )
     found = documented_commands("doc.md", bash(text), env)
     assert [f.inv.exe.text for f in found] == [w[0] for w in wrappers] + ["govctl"]
     assert {f.line for f in found} == {3}
