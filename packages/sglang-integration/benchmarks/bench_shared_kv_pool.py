@@ -3,45 +3,49 @@
 Per case (B requests sharing a prefix, E new tokens each, one rank of CP 8, page 64, packed fp8
 latent rows of 656 B and indexer pages of 8,448 B):
 
-- ``plan``: host wall time of one forward's plan (``plan_forward``: ``cpkv_runtime.plan_layout``,
-  slot placement with its one host sync, the current-token rows) and of its parts;
+- ``plan``: host wall time of one forward's plan as the pool runs it (``plan_forward``:
+  ``draft_forward`` = ``cpkv_runtime.plan_layout_static`` and the slot order on the device, the
+  one host read of 2 + N numbers, then ``finish_forward``), beside ``cpkv_runtime.plan_layout``
+  (the definition, several host syncs);
 - ``layer``: one layer of ``CpkvSharedKVPool`` on this rank: pack the owned pages
-  (``cpkv_runtime.gather_pages``, per backend) for the latent and indexer buffers, the peers'
+  (the backend's ``materialize`` op resolved once, as the pool does) for the latent and indexer
+  buffers, the peers'
   blocks (one device copy standing in for the all-gather), two stores of the current rows at
-  precomputed rows; eager (device time, L2 flushed), host (enqueue cost per layer) and
-  CUDA-graph replay;
+  precomputed rows; eager (CUDA events), host (enqueue cost per layer, no wait) and CUDA-graph
+  replay;
 - ``replicated``: what SGLang's default CP path does to the pool per layer: one store of the
   current rows (every rank keeps every page, nothing to gather).
 
-Prints one table, writes ``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out``.
+Prints one table and the headline (plan goal <= 100 us, host <= 30 us per layer), writes
+``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out`` through benchkit. Needs CUDA.
 
-    python3 packages/sglang-integration/benchmarks/bench_shared_kv_pool.py --out docs/benchmarks
+    PYTHONPATH=$(printf '%s:' packages/*/src tools/benchkit/src) \
+        python3 packages/sglang-integration/benchmarks/bench_shared_kv_pool.py --out OUT
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "packages" / "cpkv-kernels" / "benchmarks"))
 sys.path.insert(0, str(ROOT / "packages" / "sglang-integration" / "tests"))
 
+import benchkit  # noqa: E402
 import cpkv_runtime as cr  # noqa: E402
-from _harness import Row, env_info, time_eager, time_graph, time_host, write_json  # noqa: E402
+from _layer_io import Row, capture_env, cuda_event_times, cuda_graph_times, wall_times  # noqa: E402
 from _skv_shapes import P, Req, place  # noqa: E402
 from sglang_cpkv.shared_kv import (  # noqa: E402
     ScratchGeometry,
-    place_slots,
     plan_forward,
     request_pages,
 )
 
+GOALS = {"plan_us": 100.0, "host_us_per_layer": 30.0}
 N, RANK = 8, 3
 LATENT, INDEX = 656, 8448
 CASES = {"8x65536+2048": (8, 65536, 2048), "8x16384+2048": (8, 16384, 2048),
@@ -61,19 +65,6 @@ def _setup(requests: int, prefix: int, extend: int):
     return batch, geo, args, local_pages
 
 
-def _wall_us(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(samples)
-
-
 def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> list[Row]:
     batch, geo, args, local_pages = _setup(*shape)
     extend = [s - p for s, p in zip(args[2], args[1], strict=True)]
@@ -81,15 +72,12 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     def plan_layout():
         return cr.plan_layout(args[0], args[1], extend, P, args[5])
 
-    layout = plan_layout()
     rows = [
-        Row(
-            "plan", name, "plan_forward", "host", _wall_us(lambda: plan_forward(*args)), None, None
-        ),
-        Row("plan", name, "plan_layout", "host", _wall_us(plan_layout), None, None),
-    ]
-    rows.append(Row("plan", name, "place_slots", "host",
-                    _wall_us(lambda: place_slots(layout, args[1], geo)), None, None))  # fmt: skip
+        Row.timed(name, "plan", "cpkv", "host", wall_times(lambda: plan_forward(*args)),
+                  variant="plan_forward (pool, 1 host read)"),
+        Row.timed(name, "plan", "cpkv", "host", wall_times(plan_layout),
+                  variant="plan_layout (definition)"),
+    ]  # fmt: skip
     plan = plan_forward(*args)
     block = plan.placement.block
     pool = torch.randint(0, 256, (local_pages, P, LATENT), dtype=torch.uint8, device="cuda")
@@ -101,14 +89,16 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     local = pool.view(-1, LATENT)
 
     def layer(backend: str):
+        # as CpkvSharedKVPool packs: the backend's op resolved once, no per-call checks
+        pack = cr.resolve_backend("materialize", pool.device, backend).ops["materialize"]
+        send_pages = plan.placement.send_pages
+        send = scratch[RANK * block : (RANK + 1) * block]
+        index_send = index_scratch[RANK * block : (RANK + 1) * block]
+
         def step():
             scratch[: N * block].copy_(peers)  # stands in for the all-gather (one GPU)
-            cr.gather_pages(pool, plan.placement.send_pages,
-                            out=scratch[RANK * block : (RANK + 1) * block], backend=backend,
-                            validate=False)  # fmt: skip
-            cr.gather_pages(index_pool, plan.placement.send_pages,
-                            out=index_scratch[RANK * block : (RANK + 1) * block],
-                            backend=backend, validate=False)  # fmt: skip
+            pack(pool, send_pages, send)
+            pack(index_pool, send_pages, index_send)
             scratch.view(-1, LATENT).index_copy_(0, plan.cur_rows, current)
             local.index_copy_(0, plan.local_rows, current)
 
@@ -119,12 +109,37 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
 
     moved = 2 * (N * block * P * LATENT + block * INDEX) + 4 * batch.num_tokens * LATENT
     for provider, fn in [*((b, layer(b)) for b in backends), ("replicated", replicated)]:
-        for mode, timer in (("eager", time_eager), ("host", time_host), ("graph", time_graph)):
-            p50, p20, p80 = timer(fn)
-            rows.append(Row("layer", name, provider, mode, p50, p20, p80,
-                            bytes_moved=moved if provider != "replicated" else 0,
-                            meta={"block": block, "tokens": batch.num_tokens}))  # fmt: skip
+        path = "replica" if provider == "replicated" else "cpkv"
+        meta = {"backend": provider, "block": block, "tokens": batch.num_tokens,
+                "bytes_moved": moved if path == "cpkv" else 0}  # fmt: skip
+        rows.append(Row.timed(name, "layer", path, "eager", cuda_event_times(fn), **meta))
+        rows.append(Row.timed(name, "layer", path, "host", wall_times(fn, sync=False), **meta))
+        rows.append(Row.timed(name, "layer", path, "graph", cuda_graph_times(fn), **meta))
     return rows
+
+
+def _p50(rows: list[Row], case: str, phase: str, mode: str, **meta: object) -> float | None:
+    for r in rows:
+        if (r.case, r.phase, r.mode) == (case, phase, mode) and all(
+            r.meta.get(k) == v for k, v in meta.items()
+        ):
+            return r.p50
+    return None
+
+
+def summaries(rows: list[Row], backend: str) -> dict[str, dict[str, object]]:
+    """Per case: the pool's plan and the per-layer host cost on ``backend``, against the goals."""
+    out = {}
+    for case in dict.fromkeys(r.case for r in rows):
+        plan = _p50(rows, case, "plan", "host", variant="plan_forward (pool, 1 host read)")
+        host = _p50(rows, case, "layer", "host", backend=backend)
+        out[case] = {
+            "backend": backend, "plan_us": plan, "host_us_per_layer": host,
+            "goals_met": {"plan_us": plan is not None and plan <= GOALS["plan_us"],
+                          "host_us_per_layer": host is not None
+                          and host <= GOALS["host_us_per_layer"]},
+        }  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -132,33 +147,47 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_shared_kv_pool needs a CUDA device (the layer path is timed on the GPU)")
     found = cr.available_backends()
     backends = [b for b in ("torch", "triton", "cuda") if b in found and found[b].available]
     rows: list[Row] = []
     for name in a.cases:
         rows += bench_case(name, CASES[name], backends)
-    print(f"{'op':6} {'case':14} {'provider':13} {'mode':6} {'p50 us':>10}")
-    for r in rows:
-        print(f"{r.op:6} {r.case:14} {r.provider:13} {r.mode:6} {r.p50:10.1f}")
+        print(f"done {name}", flush=True)
+    best = backends[-1]
+    summary = summaries(rows, best)
+    header = ["case", "phase", "path", "mode", "backend / variant", "p50 us", "p20", "p80"]
+    body = [
+        [r.case, r.phase, r.path, r.mode, str(r.meta.get("backend") or r.meta.get("variant")),
+         *(f"{v:.1f}" for v in (r.p50, r.p20, r.p80))]
+        for r in rows
+    ]  # fmt: skip
+    print(benchkit.text_table(header, body))
+    for case, s in summary.items():
+        met = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in s["goals_met"].items())
+        print(f"HEADLINE {case}: plan_forward {s['plan_us']:.1f} us (goal <= "
+              f"{GOALS['plan_us']:.0f}), host {s['host_us_per_layer']:.1f} us/layer on {best} "
+              f"(goal <= {GOALS['host_us_per_layer']:.0f}): {met}")  # fmt: skip
+    env = capture_env("python3 " + " ".join(sys.argv)) | {"cp": N, "rank": RANK}
+    record = [{**asdict(r), **env} for r in rows] + [
+        {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
+        for c, s in summary.items()
+    ]
     a.out.mkdir(parents=True, exist_ok=True)
-    command = "python3 " + " ".join(sys.argv)
-    write_json(a.out / "shared-kv-pool.json", env_info(command), rows, {"cp": N, "rank": RANK})
-    try:
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for provider in sorted({r.provider for r in rows if r.op == "layer"}):
-            pts = [
-                r for r in rows if r.op == "layer" and r.provider == provider and r.mode == "graph"
-            ]
-            ax.plot([r.case for r in pts], [r.p50 for r in pts], marker="o", label=provider)
-        ax.set_ylabel("us per layer (graph replay)")
-        ax.set_title("shared-KV per-layer step vs replicated store, one CP-8 rank")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(a.out / "shared-kv-pool.png")
-    except ImportError:
-        print("matplotlib not installed: no PNG", file=sys.stderr)
+    benchkit.write_record(a.out / "shared-kv-pool.json", "shared-kv-pool", record)
+    cases = list(summary)
+    lines = [
+        benchkit.Line(f"{provider} (graph replay)", list(range(len(cases))),
+                      [_p50(rows, c, "layer", "graph", backend=provider) or 0 for c in cases])
+        for provider in [*backends, "replicated"]
+    ]  # fmt: skip
+    panel = benchkit.Panel(
+        "shared-KV per-layer step vs replicated store, one CP-8 rank", "case", "us per layer",
+        lines, xticks=cases,
+    )  # fmt: skip
+    benchkit.write_png(a.out / "shared-kv-pool.png", benchkit.Figure([panel]))
+    print(f"wrote {a.out / 'shared-kv-pool.json'} and {a.out / 'shared-kv-pool.png'}")
 
 
 if __name__ == "__main__":
