@@ -12,7 +12,9 @@ store kernels, and an unsharded ``DSATokenToKVPool`` as the full-replica referen
 
 - ``--backend nccl`` (CUDA, one GPU per rank): nothing is replaced. The pools gather through
   SGLang's own communicator, ``PyNcclCommunicator`` over the shard group (it loads the NCCL
-  library torch ships through ctypes; no sgl-kernel), on the pool's side CUDA stream.
+  library torch ships through ctypes; no sgl-kernel), on the pool's side CUDA stream. SGLang
+  builds one pool per process, the checks one per case: pools of one shard group share one
+  real communicator (:func:`one_communicator_per_group`) instead of one NCCL communicator each.
 - ``--backend gloo`` (CPU, ``TRITON_INTERPRET=1`` so SGLang's Triton kernels run on CPU tensors)
   replaces what needs CUDA/NCCL:
 
@@ -89,6 +91,19 @@ class GlooCommunicator:
 
     def all_gather(self, output_tensor, input_tensor, stream=None, sizes=None):
         dist.all_gather_into_tensor(output_tensor, input_tensor, group=self.group)
+
+
+def one_communicator_per_group(cls):
+    """``cls`` (SGLang's ``PyNcclCommunicator``), built once per (group, device, options)."""
+    made: dict[tuple, object] = {}
+
+    def build(group, device, **options):
+        key = (id(group), str(device), tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = cls(group=group, device=device, **options)
+        return made[key]
+
+    return build
 
 
 def _coordinator(groups, rank, backend: str, name: str):
@@ -423,6 +438,8 @@ def _setup_rank(rank: int, world: int, port: int, options: Options):
         publish(resolve(argv, (9, 0)), role="scheduler")
     if backend == "gloo":
         pip.PyNcclCommunicator = GlooCommunicator  # replacement 1 (see module docstring)
+    else:
+        pip.PyNcclCommunicator = one_communicator_per_group(pip.PyNcclCommunicator)
     ours = pip.PageInterleaveDSATokenToKVPool
     assert getattr(ours, "cpkv_shared_kv", False), ours
     return ours, ours.__mro__[1]
@@ -477,7 +494,8 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, options: Options) 
 
 
 def _communicator_name(cls, batch: Batch, group, dtype) -> str:
-    """The class the pool gathers through (SGLang's ``PyNcclCommunicator`` on CUDA)."""
+    """The class the pool gathers through (SGLang's ``PyNcclCommunicator`` on CUDA: the
+    instance is the real class's, ``one_communicator_per_group`` only reuses it)."""
     pool = _pool(cls, batch, group, dtype, *_sizes(batch))
     return type(pool.kv_gather_comm).__qualname__
 

@@ -127,3 +127,15 @@ def test_nccl_every_scenario_reads_the_full_replica_rows(tmp_path):
     data = check(*run_ranks(tmp_path, world, "nccl", args), "PyNcclCommunicator")
     assert all(r["bitwise_equal_to_replica"] for r in data["rows"])
     assert {r["cp"] for r in data["rows"]} == {c for c in (2, 4, 8) if c <= world}
+
+
+def test_pools_of_one_group_share_one_communicator():
+    from _skv_dist_worker import GlooCommunicator, one_communicator_per_group
+
+    build = one_communicator_per_group(GlooCommunicator)
+    a, b = object(), object()
+    first = build(group=a, device="cuda:0", cta_policy=None)
+    assert build(group=a, device="cuda:0", cta_policy=None) is first
+    assert isinstance(first, GlooCommunicator) and first.group is a
+    assert build(group=b, device="cuda:0", cta_policy=None) is not first
+    assert build(group=a, device="cuda:0", cta_policy=1) is not first
