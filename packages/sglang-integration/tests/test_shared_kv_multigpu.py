@@ -64,7 +64,7 @@ def record(ranks: list[dict], command: str) -> dict:
         k: first.get(k)
         for k in ("world", "device", "gpu_name", "nccl", "torch", "communicator", "options")
     }
-    env |= {"command": command, "timestamp": dt.datetime.now(dt.UTC).isoformat("seconds")}
+    env |= {"command": command, "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     rows = []
     for tag in first["covered"]:
         cp, dtype, case = tag.split(" ", 2)
