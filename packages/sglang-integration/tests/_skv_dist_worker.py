@@ -1,30 +1,45 @@
-"""Rank body of the shared-KV pool test: SGLang's real sharded DSA pools under gloo, on CPU.
+"""Rank body of the shared-KV pool tests: SGLang's real sharded DSA pools over a process group.
 
-Run as ``python _skv_dist_worker.py OUT_DIR`` with ``TRITON_INTERPRET=1`` (SGLang's Triton store
-and gather kernels then run on CPU tensors) and ``CPKV_SHARED_KV=1``. Four ranks run CP 4 on the
-world group and CP 2 on two pairs. Real: ``torch.distributed`` (gloo), SGLang's
-``GroupCoordinator``, both pool classes (upstream ``PageInterleaveDSATokenToKVPool`` and cpkv's
-subclass installed by the plugin through ``HookRegistry``), SGLang's ``ForwardBatch``,
-``prepare_kv_shard_forward`` (hooked), the Triton store kernels, and an unsharded
-``DSATokenToKVPool`` as the full-replica reference. Replaced, because they need CUDA/NCCL:
+``python _skv_dist_worker.py OUT_DIR [--world N] [--backend gloo|nccl] [--cases ...]`` starts one
+process per rank (``torch.multiprocessing``). Every CP size of ``--cp`` (default: the world, then
+halves down to 2) runs on consecutive blocks of ranks; the ranks of the first block check.
+``CPKV_SHARED_KV=1`` must be set (the plugin then installs cpkv's pool class).
 
-1. ``page_interleave_pool.PyNcclCommunicator`` -> :class:`GlooCommunicator` (same ``all_gather``
-   and ``change_state`` interface over the shard group's gloo ``cpu_group``);
-2. nothing else: the pools' side stream is ``torch.cpu.Stream`` (SGLang picks it for a CPU
-   pool), whose events and waits are no-ops.
+Real: ``torch.distributed``, SGLang's ``GroupCoordinator``, both pool classes (upstream
+``PageInterleaveDSATokenToKVPool`` and cpkv's subclass installed by the plugin through
+``HookRegistry``), SGLang's ``ForwardBatch``, ``prepare_kv_shard_forward`` (hooked), the Triton
+store kernels, and an unsharded ``DSATokenToKVPool`` as the full-replica reference.
 
-Each rank writes ``<OUT_DIR>/rank<r>.json``: the checks it ran and every mismatch.
+- ``--backend nccl`` (CUDA, one GPU per rank): nothing is replaced. The pools gather through
+  SGLang's own communicator, ``PyNcclCommunicator`` over the shard group (it loads the NCCL
+  library torch ships through ctypes; no sgl-kernel), on the pool's side CUDA stream. SGLang
+  builds one pool per process, the checks one per case: pools of one shard group share one
+  real communicator (:func:`one_communicator_per_group`) instead of one NCCL communicator each.
+- ``--backend gloo`` (CPU, ``TRITON_INTERPRET=1`` so SGLang's Triton kernels run on CPU tensors)
+  replaces what needs CUDA/NCCL:
+
+  1. ``page_interleave_pool.PyNcclCommunicator`` -> :class:`GlooCommunicator` (same
+     ``all_gather`` and ``change_state`` interface over the shard group's gloo ``cpu_group``);
+  2. nothing else: the pools' side stream is ``torch.cpu.Stream`` (SGLang picks it for a CPU
+     pool), whose events and waits are no-ops.
+
+Cases: ``table`` is ``_skv_shapes.SHAPES`` (plus the forced foreign page); ``scenarios`` is
+every cpkv-validate scenario as SGLang batches it (``_skv_scenarios``). Each rank writes
+``<OUT_DIR>/rank<r>.json``: the checks it ran and every mismatch.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import json
 import multiprocessing
+import os
 import socket
 import sys
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,6 +55,28 @@ DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 #: every shape runs with bf16; packed fp8 (SGLang's quantising store, slow under the Triton
 #: interpreter) on the shapes that stress partial pages, chunk continuations and fresh batches.
 FP8_SHAPES = ("prefix_lengths", "chunked_continuation_hit", "fresh_1_1_300", "single_request")
+#: where this process's pools and tensors live (set once per rank by :func:`rank_main`)
+DEVICE = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one run checks (the same on every rank).
+
+    Attributes:
+        backend: ``gloo`` (CPU) or ``nccl`` (one CUDA device per rank).
+        cps: CP sizes, each dividing the world size; the first block of ranks checks each.
+        cases: ``table`` (``SHAPES`` and the forced foreign page) and/or ``scenarios``.
+        only: case names to run (None: all); scenario steps match by ``<scenario>/`` prefix too.
+        fp8: ``subset`` (packed fp8 on ``FP8_SHAPES`` only: slow under the Triton interpreter)
+            or ``all``.
+    """
+
+    backend: str = "gloo"
+    cps: tuple[int, ...] = (4, 2)
+    cases: tuple[str, ...] = ("table",)
+    only: tuple[str, ...] | None = None
+    fp8: str = "subset"
 
 
 class GlooCommunicator:
@@ -56,28 +93,42 @@ class GlooCommunicator:
         dist.all_gather_into_tensor(output_tensor, input_tensor, group=self.group)
 
 
-def _coordinator(groups, rank):
+def one_communicator_per_group(cls):
+    """``cls`` (SGLang's ``PyNcclCommunicator``), built once per (group, device, options)."""
+    made: dict[tuple, object] = {}
+
+    def build(group, device, **options):
+        key = (id(group), str(device), tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = cls(group=group, device=device, **options)
+        return made[key]
+
+    return build
+
+
+def _coordinator(groups, rank, backend: str, name: str):
+    """SGLang's coordinator of one CP group (a gloo ``cpu_group`` beside the device group)."""
     from sglang.srt.distributed.parallel_state import GroupCoordinator
 
     return GroupCoordinator(
-        group_ranks=groups, local_rank=rank, torch_distributed_backend="gloo",
+        group_ranks=groups, local_rank=rank, torch_distributed_backend=backend,
         use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
         use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
-        use_xpu_communicator=False, group_name="cpkv_test_cp",
+        use_xpu_communicator=False, group_name=name,
     )  # fmt: skip
 
 
 def _kv(loc: torch.Tensor, tag: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(nope, rope) bf16 rows for logical locations: distinct per location and ``tag``."""
     base = loc.double().unsqueeze(1) * 0.25 + tag
-    row = (base + torch.arange(LORA + ROPE).double() / 4096).float()
+    row = (base + torch.arange(LORA + ROPE, device=loc.device).double() / 4096).float()
     row = torch.remainder(row, 300.0) - 150.0  # stays inside fp8's range
     row = row.bfloat16()
     return row[:, None, :LORA].contiguous(), row[:, None, LORA:].contiguous()
 
 
 def _index_k(loc: torch.Tensor, tag: int) -> tuple[torch.Tensor, torch.Tensor]:
-    k = ((loc.unsqueeze(1) * 7 + torch.arange(128) + tag) % 113).to(torch.uint8)
+    k = ((loc.unsqueeze(1) * 7 + torch.arange(128, device=loc.device) + tag) % 113).to(torch.uint8)
     scale = (loc.float() + 1 + tag).unsqueeze(1)
     return k.view(torch.float8_e4m3fn), scale
 
@@ -93,7 +144,7 @@ def _pool(cls, batch: Batch, group, dtype, size_pages: int, gather_pages: int, w
     )  # fmt: skip
     return cls(
         size_pages * P, page_size=P, kv_lora_rank=LORA, dtype=dtype, qk_rope_head_dim=ROPE,
-        layer_num=LAYERS, device="cpu", index_head_dim=128, enable_memory_saver=False,
+        layer_num=LAYERS, device=DEVICE, index_head_dim=128, enable_memory_saver=False,
         kv_cache_dim=LORA + ROPE if dtype == torch.bfloat16 else 656, start_layer=0,
         end_layer=LAYERS - 1, skip_topk_layers=[False, True], shard_spec=spec, shard_group=group,
     )  # fmt: skip
@@ -104,7 +155,7 @@ def _replica(num_pages: int, dtype):
 
     return DSATokenToKVPool(
         num_pages * P, page_size=P, kv_lora_rank=LORA, dtype=dtype, qk_rope_head_dim=ROPE,
-        layer_num=LAYERS, device="cpu", index_head_dim=128, enable_memory_saver=False,
+        layer_num=LAYERS, device=DEVICE, index_head_dim=128, enable_memory_saver=False,
         kv_cache_dim=LORA + ROPE if dtype == torch.bfloat16 else 656, start_layer=0,
         end_layer=LAYERS - 1, skip_topk_layers=[False, True],
     )  # fmt: skip
@@ -113,17 +164,19 @@ def _replica(num_pages: int, dtype):
 def _forward_batch(batch: Batch, out_cache_loc: torch.Tensor):
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
+    dev = DEVICE
     fb = ForwardBatch(
         forward_mode=ForwardMode.EXTEND, batch_size=len(batch.pages),
-        input_ids=torch.zeros(batch.num_tokens, dtype=torch.long),
-        req_pool_indices=torch.arange(len(batch.pages)),
-        seq_lens=torch.tensor(batch.seq), out_cache_loc=out_cache_loc, seq_lens_sum=sum(batch.seq),
+        input_ids=torch.zeros(batch.num_tokens, dtype=torch.long, device=dev),
+        req_pool_indices=torch.arange(len(batch.pages), device=dev),
+        seq_lens=torch.tensor(batch.seq, device=dev), out_cache_loc=out_cache_loc,
+        seq_lens_sum=sum(batch.seq),
     )  # fmt: skip
     fb.seq_lens_cpu = torch.tensor(batch.seq)
     fb.extend_prefix_lens_cpu = list(batch.prefix)
     fb.extend_seq_lens_cpu = list(batch.extend)
-    fb.extend_seq_lens = torch.tensor(batch.extend)
-    fb.extend_prefix_lens = torch.tensor(batch.prefix)
+    fb.extend_seq_lens = torch.tensor(batch.extend, device=dev)
+    fb.extend_prefix_lens = torch.tensor(batch.prefix, device=dev)
     return fb
 
 
@@ -143,7 +196,7 @@ def _history_locs(batch: Batch) -> torch.Tensor:
         for b in range(len(batch.pages))
         for i in range(batch.prefix[b])
     }
-    return torch.tensor(sorted(locs), dtype=torch.long)
+    return torch.tensor(sorted(locs), dtype=torch.long, device=DEVICE)
 
 
 def _setup_history(pool, batch: Batch) -> None:
@@ -152,10 +205,10 @@ def _setup_history(pool, batch: Batch) -> None:
     if locs.numel() == 0:
         return
     pages = sorted({int(x) // P for x in locs})
-    r2t = torch.zeros(1, len(pages) * P, dtype=torch.int32)
+    r2t = torch.zeros(1, len(pages) * P, dtype=torch.int32, device=DEVICE)
     for j, page in enumerate(pages):
-        r2t[0, j * P : (j + 1) * P] = torch.arange(page * P, (page + 1) * P)
-    pool.begin_shard_extend(r2t, torch.tensor([0]), [0], [len(pages) * P])
+        r2t[0, j * P : (j + 1) * P] = torch.arange(page * P, (page + 1) * P, device=DEVICE)
+    pool.begin_shard_extend(r2t, torch.tensor([0], device=DEVICE), [0], [len(pages) * P])
     full = r2t[0].long()
     for layer_id in range(LAYERS):  # whole pages: rows past the history are never read
         nope, rope = _kv(full, 1000.0 + layer_id)
@@ -168,7 +221,7 @@ def _setup_history(pool, batch: Batch) -> None:
 
 def _reads(pool, batch: Batch, rows: list[int], layer_id: int):
     """(latent bytes, indexer k, indexer scale) each request of ``rows`` reads, per position."""
-    r2t = batch.req_to_token()
+    r2t = batch.req_to_token().to(DEVICE)
     width = max(batch.seq[b] for b in rows)
     table = r2t[rows, :width]
     kv = pool.get_key_buffer(layer_id)
@@ -176,7 +229,7 @@ def _reads(pool, batch: Batch, rows: list[int], layer_id: int):
     latent = kv.view(kv.shape[0], -1).view(torch.uint8)[scratch.long()]
     index = None
     if layer_id == 0:
-        seq = torch.tensor([batch.seq[b] for b in rows])
+        seq = torch.tensor([batch.seq[b] for b in rows], device=DEVICE)
         k, s = pool.get_index_k_scale_buffer(
             layer_id, seq, table[:, ::P] // P, int(seq.sum()), int(seq.max())
         )
@@ -189,8 +242,10 @@ def _replica_reads(before, after, batch: Batch, rows: list[int], layer_id: int):
     forward, current rows as written by the forward (each position once, by its request)."""
     out = []
     for b in rows:
-        loc = torch.tensor([batch.pages[b][i // P] * P + i % P for i in range(batch.seq[b])])
-        hist = torch.arange(batch.seq[b]) < batch.prefix[b]
+        loc = torch.tensor(
+            [batch.pages[b][i // P] * P + i % P for i in range(batch.seq[b])], device=DEVICE
+        )
+        hist = torch.arange(batch.seq[b], device=DEVICE) < batch.prefix[b]
         rows_b = []
         for pool in (before, after):
             kv = pool.kv_buffer[layer_id]
@@ -201,7 +256,7 @@ def _replica_reads(before, after, batch: Batch, rows: list[int], layer_id: int):
             ks = []
             for pool in (before, after):
                 k, s = pool.get_index_k_scale_buffer(
-                    0, torch.tensor([batch.seq[b]]), loc[::P].unsqueeze(0) // P,
+                    0, torch.tensor([batch.seq[b]], device=DEVICE), loc[::P].unsqueeze(0) // P,
                     batch.seq[b], batch.seq[b],
                 )  # fmt: skip
                 ks.append((k, s))
@@ -225,7 +280,7 @@ def _run_forward(pool, batch: Batch, oc: torch.Tensor):
     from sglang.srt.layers.attention.kv_shard_hooks import prepare_kv_shard_forward
 
     fb = _forward_batch(batch, oc)
-    assert prepare_kv_shard_forward(pool, batch.req_to_token(), fb)
+    assert prepare_kv_shard_forward(pool, batch.req_to_token().to(DEVICE), fb)
     _write(pool, fb.out_cache_loc, 0.0)
     plan = getattr(pool, "cpkv_forward", None)
     row_sets = [list(range(len(batch.pages)))]
@@ -249,14 +304,14 @@ def _references(batch: Batch, dtype):
     hist = _history_locs(batch)
     if hist.numel():
         pages = sorted({int(x) // P for x in hist})
-        full = torch.cat([torch.arange(p * P, (p + 1) * P) for p in pages])
+        full = torch.cat([torch.arange(p * P, (p + 1) * P, device=DEVICE) for p in pages])
         for layer_id in range(LAYERS):
             nope, rope = _kv(full, 1000.0 + layer_id)
             replica.set_mla_kv_buffer(SimpleNamespace(layer_id=layer_id), full, nope, rope)
         k, s = _index_k(full, 1000)
         replica.set_index_k_scale_buffer(0, full, k, s)
     before = _copy_replica(replica, num_pages, dtype)
-    _write(replica, batch.out_cache_loc(), 0.0)
+    _write(replica, batch.out_cache_loc().to(DEVICE), 0.0)
     return before, replica
 
 
@@ -271,7 +326,7 @@ def _sizes(batch: Batch) -> tuple[int, int, int]:
 
 def check_shape(tag, batch, group, dtype, cls_ours, cls_upstream, result):
     before, after = _references(batch, dtype)
-    oc = batch.out_cache_loc()
+    oc = batch.out_cache_loc().to(DEVICE)
     aligned = all(p % P == 0 for p in batch.prefix)
     pools = {"cpkv": cls_ours} | ({"sglang": cls_upstream} if aligned else {})
     reads = {}
@@ -325,7 +380,7 @@ def check_forced(tag, batch, group, dtype, cls_ours, cls_upstream, result):
     for label, cls in (("cpkv", cls_ours), ("sglang", cls_upstream)):
         pool = _pool(cls, batch, group, dtype, *_sizes(batch))
         _setup_history(pool, batch)
-        _run_forward(pool, batch, batch.out_cache_loc())
+        _run_forward(pool, batch, batch.out_cache_loc().to(DEVICE))
         latent, _ = _reads(pool, batch, [0, 1], 0)
         on_x = slice(2 * P, 2 * P + 40)  # request 0's current rows; request 1's history
         result["forced"].append(
@@ -338,50 +393,97 @@ def check_forced(tag, batch, group, dtype, cls_ours, cls_upstream, result):
         )
 
 
-def rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+def _batches(options: Options, cp: int) -> dict[str, Batch]:
+    """The run's batches at CP ``cp``: the table (by ``SHAPES`` name) and the scenario steps."""
+    from _skv_scenarios import scenario_batches
+
+    out: dict[str, Batch] = {}
+    if "table" in options.cases:
+        out |= {name: place(name, reqs, cp) for name, reqs in SHAPES.items()}
+    if "scenarios" in options.cases:
+        out |= scenario_batches(None, cp)
+    if options.only is not None:
+        out = {n: b for n, b in out.items() if n in options.only or n.split("/")[0] in options.only}
+    return out
+
+
+def _wants_fp8(options: Options, name: str) -> bool:
+    return options.fp8 == "all" or name in FP8_SHAPES
+
+
+def _setup_rank(rank: int, world: int, port: int, options: Options):
+    """Init the process group and SGLang's deployment; the pool classes (cpkv's, upstream's)."""
+    global DEVICE
+    backend = options.backend
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        DEVICE = torch.device("cuda", rank)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=600),
+        **({"device_id": DEVICE} if backend == "nccl" else {}),
+    )  # fmt: skip
+    from sglang.srt.mem_cache import page_interleave_pool as pip
+    from sglang.srt.runtime_context import publish
+
+    # A DSA model with interleave prefill CP, resolved by SGLang for an emulated H200 the way
+    # `cpkv-serve --dry-run --gpu sm90` does (its CP helpers read this at run time). The
+    # plugin is active from here on (class REPLACE + plan hook, via load_plugins()).
+    from sglang_cpkv._dry_run import emulated_gpu, resolve
+
+    fixture = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
+    argv = ["--model-path", fixture, "--tp", str(world), "--enable-prefill-cp",
+            "--attn-cp-size", str(world), "--cp-strategy", "interleave"]  # fmt: skip
+    with emulated_gpu((9, 0)):
+        publish(resolve(argv, (9, 0)), role="scheduler")
+    if backend == "gloo":
+        pip.PyNcclCommunicator = GlooCommunicator  # replacement 1 (see module docstring)
+    else:
+        pip.PyNcclCommunicator = one_communicator_per_group(pip.PyNcclCommunicator)
+    ours = pip.PageInterleaveDSATokenToKVPool
+    assert getattr(ours, "cpkv_shared_kv", False), ours
+    return ours, ours.__mro__[1]
+
+
+def _device_info() -> dict[str, object]:
+    info: dict[str, object] = {"device": str(DEVICE), "torch": torch.__version__}
+    if DEVICE.type == "cuda":
+        info["gpu_name"] = torch.cuda.get_device_name(DEVICE)
+        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return info
+
+
+def rank_main(rank: int, world: int, port: int, out_dir: str, options: Options) -> None:
     torch.set_num_threads(1)
     result = {
         "checks": 0, "failures": [], "upstream": [], "bs1": [], "forced": [], "covered": [],
-        "error": None,
+        "error": None, "world": world, "options": asdict(options),
     }  # fmt: skip
     try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-            timeout=datetime.timedelta(seconds=600),
-        )  # fmt: skip
-        from sglang.srt.mem_cache import page_interleave_pool as pip
-        from sglang.srt.runtime_context import publish
-
-        # A DSA model with interleave prefill CP, resolved by SGLang for an emulated H200 the way
-        # `cpkv-serve --dry-run --gpu sm90` does (its CP helpers read this at run time). The
-        # plugin is active from here on (class REPLACE + plan hook, via load_plugins()).
-        from sglang_cpkv._dry_run import emulated_gpu, resolve
-
-        fixture = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
-        argv = ["--model-path", fixture, "--tp", str(world), "--enable-prefill-cp",
-                "--attn-cp-size", str(world), "--cp-strategy", "interleave"]  # fmt: skip
-        with emulated_gpu((9, 0)):
-            publish(resolve(argv, (9, 0)), role="scheduler")
-        pip.PyNcclCommunicator = GlooCommunicator  # replacement 1 (see module docstring)
-        ours = pip.PageInterleaveDSATokenToKVPool
-        upstream = ours.__mro__[1]
-        assert getattr(ours, "cpkv_shared_kv", False), ours
-        world_group = _coordinator([list(range(world))], rank)
-        pair_group = _coordinator([[0, 1], [2, 3]], rank)
+        ours, upstream = _setup_rank(rank, world, port, options)
+        result |= _device_info()
         result["classes"] = [ours.__qualname__, upstream.__qualname__]
-        # CP 4 on all ranks; CP 2 on the pair (0, 1) (the pair (2, 3) would repeat it).
-        for cp, group in ((world, world_group), (2, pair_group)):
-            if cp == 2 and rank >= 2:
+        groups = {  # created on every rank up front: group creation is collective
+            cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank,
+                             options.backend, f"cpkv_test_cp{cp}")
+            for cp in options.cps
+        }  # fmt: skip
+        for cp, group in groups.items():
+            if rank >= cp:  # the other blocks would repeat the first one's checks
                 continue
+            batches = _batches(options, cp)
             for dname, dtype in DTYPES.items():
-                for name, reqs in SHAPES.items():
-                    if dname == "fp8" and name not in FP8_SHAPES:
+                for name, batch in batches.items():
+                    if dname == "fp8" and not _wants_fp8(options, name):
                         continue
                     tag = f"cp{cp} {dname} {name}"
-                    check_shape(tag, place(name, reqs, cp), group, dtype, ours, upstream, result)
+                    check_shape(tag, batch, group, dtype, ours, upstream, result)
                     result["covered"].append(tag)
-                batch = forced_foreign_page(cp)
-                check_forced(f"cp{cp} {dname}", batch, group, dtype, ours, upstream, result)
+                    if "communicator" not in result:
+                        result["communicator"] = _communicator_name(ours, batch, group, dtype)
+                if "table" in options.cases and options.only is None:
+                    batch = forced_foreign_page(cp)
+                    check_forced(f"cp{cp} {dname}", batch, group, dtype, ours, upstream, result)
         dist.barrier()
     except Exception:
         result["error"] = traceback.format_exc()
@@ -391,9 +493,42 @@ def rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
             dist.destroy_process_group()
 
 
-def main() -> None:
-    out_dir = sys.argv[1]
-    world = 4
+def _communicator_name(cls, batch: Batch, group, dtype) -> str:
+    """The class the pool gathers through (SGLang's ``PyNcclCommunicator`` on CUDA: the
+    instance is the real class's, ``one_communicator_per_group`` only reuses it)."""
+    pool = _pool(cls, batch, group, dtype, *_sizes(batch))
+    return type(pool.kv_gather_comm).__qualname__
+
+
+def parse_args(argv: list[str] | None) -> tuple[Path, int, Options]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", type=Path, help="folder for rank<r>.json")
+    ap.add_argument("--world", type=int, default=4, help="ranks (one GPU each under nccl)")
+    ap.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    ap.add_argument("--cp", type=int, nargs="+", help="CP sizes (default: world, halves to 2)")
+    ap.add_argument("--cases", nargs="+", choices=["table", "scenarios"], default=["table"])
+    ap.add_argument("--only", nargs="+", help="case names (a scenario name takes all its steps)")
+    ap.add_argument("--fp8", choices=["subset", "all"], default="subset")
+    args = ap.parse_args(argv)
+    cps = args.cp or [c for c in (args.world >> k for k in range(8)) if c >= 2]
+    for cp in cps:
+        if cp < 1 or args.world % cp:
+            ap.error(f"--cp {cp} must divide --world {args.world}; pick CP sizes that divide it")
+    if args.backend == "nccl" and torch.cuda.device_count() < args.world:
+        found = torch.cuda.device_count()
+        ap.error(f"--world {args.world} under nccl needs {args.world} CUDA devices, found "
+                 f"{found}; lower --world or use --backend gloo")  # fmt: skip
+    only = tuple(args.only) if args.only else None
+    options = Options(args.backend, tuple(cps), tuple(args.cases), only, args.fp8)
+    return args.out_dir, args.world, options
+
+
+def main(argv: list[str] | None = None) -> None:
+    out_dir, world, options = parse_args(argv)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if options.backend == "nccl":  # NVLink multicast off (SGLang's and torch's)
+        for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+            os.environ.setdefault(var, "0" if var == "NCCL_NVLS_ENABLE" else "1")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -404,8 +539,9 @@ def main() -> None:
     import torch.multiprocessing as mp
 
     mp.start_processes(
-        rank_main, args=(world, port, out_dir), nprocs=world, start_method="forkserver"
-    )
+        rank_main, args=(world, port, str(out_dir), options), nprocs=world,
+        start_method="forkserver",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
