@@ -1,22 +1,29 @@
 // plan_slots: a batch's slot plan (plan_layout's numbering) in fixed shapes, no host sync.
 // Reference: cpkv_runtime's torch backend, op "plan_slots" (outputs and status bits).
 //
-// The pairs of a batch are few (8 requests x 1,056 pages = 8,448), so one block of 1,024 threads
-// scans them in two passes. Pass 1 counts each request's uses of each page in the inverse rows
-// (which start at -1: an atomicAdd that returns >= 0 found a duplicate) and records each page's
-// first read-only use in a scratch row as pairs - flat index under atomicMax. Pass 2 takes the
-// pairs tile by tile: the pairs that open a slot are numbered in scan order (a block-wide
-// exclusive scan, carried from tile to tile) and write their slot; after a barrier, read-only
-// pairs take the slot of their page's first use (always in this tile or an earlier one) and every
-// used pair writes the inverse. Cells other threads wrote are read with __ldcg (L2, not L1).
+// Two kernels after a memset that sets the inverse rows and a scratch row past them to -1. The
+// pairs of a batch (8 requests x 1,056 pages = 8,448) have two kinds of work. Per-pair work with
+// no order between pairs runs on as many blocks as it takes, one pair per thread (plan_pairs):
+// the `pages` output, each request's uses of each page counted in the inverse rows (a cell
+// starts at -1: an atomicAdd that returns >= 0 found a duplicate), and each page's first
+// read-only use recorded in the scratch row as pairs - flat index under atomicMax. A pair's
+// status bits (bad page, duplicate) go to its own slot_table cell, which the second kernel reads
+// before it writes the slot there. The numbering is a scan, so it stays in one block of 1,024
+// threads (plan_number): pass 0 writes the lengths and sums the tokens; pass 2 takes the pairs
+// tile by tile: the pairs that open a slot are numbered in scan order (a block-wide exclusive
+// scan, carried from tile to tile) and write their slot; after a barrier, read-only pairs take
+// the slot of their page's first use (always in this tile or an earlier one) and every used
+// pair writes the inverse; pass 3 pads the unused slots. Cells other threads of the block wrote
+// are read with __ldcg (L2, not L1).
 #include "cpkv_common.cuh"
 #include "cpkv_launch.h"
 
 namespace cpkv {
 namespace {
 
-constexpr int kPlanThreads = 1024;
-constexpr int kPlanItems = 4;  // consecutive pairs per thread in the numbering pass
+constexpr int kPairThreads = 256;  // plan_pairs: one pair per thread
+constexpr int kPlanThreads = 1024;  // plan_number: the one block
+constexpr int kPlanItems = 4;       // consecutive pairs per thread in the numbering pass
 constexpr int kWarps = kPlanThreads / 32;
 
 // Status bits (the contract in cpkv_runtime._backend).
@@ -78,15 +85,38 @@ __device__ __forceinline__ int block_exclusive_sum(int v, int* warp_sums, int* t
   return prefix;
 }
 
+// Pass 1, one pair per thread: `pages`, use counts (duplicates), first read-only uses, and the
+// pair's status bits in its slot_table cell (plan_number overwrites it with the slot).
 template <typename PageT, typename LenT, bool kDedup>
-__global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs a) {
+__global__ void __launch_bounds__(kPairThreads) plan_pairs_kernel(PlanSlotsArgs a) {
+  const int64_t pairs = a.num_reqs * a.width;
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * kPairThreads + threadIdx.x;
+  if (f >= pairs) return;
+  const Pair p = load_pair<PageT, LenT>(a, f);
+  a.pages[f] = p.used ? static_cast<int32_t>(p.page) : -1;
+  int32_t bits = p.used && !p.valid ? kBadPage : 0;
+  if (p.valid) {
+    if (atomicAdd(a.inverse + p.b * a.num_pages + p.page, 1) >= 0) {
+      bits |= kDuplicate;  // the cell started at -1: an earlier use was counted
+    }
+    if (kDedup && !p.written) {
+      int32_t* scratch = a.inverse + a.num_reqs * a.num_pages;
+      atomicMax(scratch + p.page, static_cast<int32_t>(pairs - f));
+    }
+  }
+  a.slot_table[f] = bits;
+}
+
+// Passes 0, 2 and 3 in one block, after plan_pairs (same stream).
+template <typename PageT, typename LenT, bool kDedup>
+__global__ void __launch_bounds__(kPlanThreads) plan_number_kernel(PlanSlotsArgs a) {
   __shared__ int warp_sums[kWarps];
   __shared__ int status;
   __shared__ unsigned long long tokens;
   if (threadIdx.x == 0) status = 0, tokens = 0;
   __syncthreads();
   const int64_t bsz = a.num_reqs, pairs = a.num_reqs * a.width, S = a.max_slots;
-  int32_t* scratch = a.inverse + bsz * a.num_pages;
+  const int32_t* scratch = a.inverse + bsz * a.num_pages;
 
   for (int64_t b = threadIdx.x; b < bsz; b += kPlanThreads) {  // pass 0: lengths
     const int64_t prefix = load_index<LenT>(a.prefix_lens, b);
@@ -100,32 +130,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
     if (used > a.width) atomicOr(&status, kTooLong);
     atomicAdd(&tokens, static_cast<unsigned long long>(extend));  // wraps like int64 addition
   }
-  // Pass 1 takes kPlanItems pairs per thread per tile (strided, so accesses coalesce) and loads
-  // them all before using any: the loads overlap instead of queueing one latency each.
   constexpr int64_t kTile = static_cast<int64_t>(kPlanThreads) * kPlanItems;
-  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {  // pass 1: uses, duplicates, first uses
-    Pair p[kPlanItems];
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
-      if (f < pairs) p[u] = load_pair<PageT, LenT>(a, f);
-    }
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      const int64_t f = t0 + u * kPlanThreads + threadIdx.x;
-      if (f >= pairs) continue;
-      a.pages[f] = p[u].used ? static_cast<int32_t>(p[u].page) : -1;
-      if (p[u].used && !p[u].valid) atomicOr(&status, kBadPage);
-      if (!p[u].valid) continue;
-      if (atomicAdd(a.inverse + p[u].b * a.num_pages + p[u].page, 1) >= 0) {
-        atomicOr(&status, kDuplicate);  // the cell started at -1: an earlier use was counted
-      }
-      if (kDedup && !p[u].written) {
-        atomicMax(scratch + p[u].page, static_cast<int32_t>(pairs - f));
-      }
-    }
-  }
-  __syncthreads();
 
   int64_t carry = 0;  // pass 2: slots in scan order, then shared slots and the inverse
   for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {
@@ -142,6 +147,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
       const int64_t f = f0 + u;
       if (f >= pairs) continue;
       p[u] = load_pair<PageT, LenT>(a, f);
+      const int32_t bits = __ldcg(a.slot_table + f);  // plan_pairs' status bits for this pair
+      if (bits != 0) atomicOr(&status, bits);
       if (!p[u].valid) continue;
       if (kDedup && !p[u].written) first[u] = pairs - __ldcg(scratch + p[u].page);
       opens[u] = first[u] == f;  // written pairs (and all pairs without dedup) open their own
@@ -188,21 +195,31 @@ __global__ void __launch_bounds__(kPlanThreads) plan_slots_kernel(PlanSlotsArgs 
   }
 }
 
+template <typename PageT, typename LenT, bool kDedup>
+cudaError_t launch_kernels(const PlanSlotsArgs& a, cudaStream_t stream) {
+  const int64_t pairs = a.num_reqs * a.width;  // < 2^31 (the binding checks)
+  if (pairs > 0) {
+    const unsigned grid = static_cast<unsigned>((pairs + kPairThreads - 1) / kPairThreads);
+    plan_pairs_kernel<PageT, LenT, kDedup><<<grid, kPairThreads, 0, stream>>>(a);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  plan_number_kernel<PageT, LenT, kDedup><<<1, kPlanThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 template <typename PageT, typename LenT>
 cudaError_t launch_typed(const PlanSlotsArgs& a, cudaStream_t stream) {
-  if (a.dedup) {
-    plan_slots_kernel<PageT, LenT, true><<<1, kPlanThreads, 0, stream>>>(a);
-  } else {
-    plan_slots_kernel<PageT, LenT, false><<<1, kPlanThreads, 0, stream>>>(a);
-  }
-  return cudaGetLastError();
+  return a.dedup ? launch_kernels<PageT, LenT, true>(a, stream)
+                 : launch_kernels<PageT, LenT, false>(a, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream) {
-  // -1 everywhere (0xFF bytes): the inverse's empty value, the first-use scratch's "none". A
-  // memset spreads over the whole GPU; the single-block kernel would take B x num_pages stores.
+  // -1 everywhere (0xFF bytes): the inverse's empty value (and the count plan_pairs starts from),
+  // the first-use scratch's "none". It must land before plan_pairs' atomics, which no order
+  // between blocks of one kernel could give; the memset also spreads over the whole GPU.
   const size_t inverse_bytes = static_cast<size_t>(a.num_reqs + 1) * a.num_pages * sizeof(int32_t);
   cudaError_t err = cudaMemsetAsync(a.inverse, 0xFF, inverse_bytes, stream);
   if (err != cudaSuccess) return err;
