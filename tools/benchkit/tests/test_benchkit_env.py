@@ -100,3 +100,21 @@ def test_cuda_env_describes_the_gpu():
     assert env["gpu_name"] == props.name and env["sm_count"] == props.multi_processor_count
     assert env["gpu_count"] == torch.cuda.device_count()
     assert env["gpu_driver"]  # /proc/driver/nvidia/version or nvidia-smi
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep  2 2025\n",
+         "580.95.05"),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n",
+         "580.159.04"),
+        ("GCC version: gcc 12.3\n", None),
+        ("NVRM version: NVIDIA UNIX Kernel Module for x86_64\n", None),
+    ],
+)  # fmt: skip
+def test_driver_from_proc(text, want):
+    """Both module flavours' first lines; the open one put "for" where the version was read."""
+    from benchkit._env import driver_from_proc
+
+    assert driver_from_proc(text) == want

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -91,13 +92,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def driver_from_proc(text: str) -> str | None:
+    """The driver version in ``/proc/driver/nvidia/version``'s text: the first dotted number after
+    "Kernel Module" ("NVIDIA UNIX Kernel Module  580.95.05 ..." and, for the open modules,
+    "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...")."""
+    _, found, after = text.partition("Kernel Module")
+    words = after.split() if found else []
+    return next((w for w in words if re.fullmatch(r"\d+(\.\d+)+", w)), None)
+
+
 def gpu_driver() -> str | None:
     """The NVIDIA kernel driver version, from ``/proc`` or ``nvidia-smi``; None if neither says."""
     try:
-        text = Path("/proc/driver/nvidia/version").read_text()
-        words = text.split("Kernel Module", 1)[1].split()
-        return words[0] if words else None
-    except (OSError, IndexError):
+        found = driver_from_proc(Path("/proc/driver/nvidia/version").read_text())
+        if found:
+            return found
+    except OSError:
         pass
     try:
         out = subprocess.run(
