@@ -29,7 +29,7 @@ needs is a device tensor afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import cpkv_runtime as cr
@@ -48,6 +48,7 @@ __all__ = [
     "order_slots",
     "owned_local_rows",
     "owned_rows",
+    "pack_launcher",
     "place_slots",
     "request_pages",
     "to_scratch",
@@ -124,6 +125,20 @@ class ScratchPlacement:
     @property
     def num_gathered(self) -> int:
         return sum(self.owned)
+
+
+def pack_launcher(device: torch.device, backend: str | None = None) -> Callable[..., object]:
+    """The page copy ``(pool_pages, pages, out) -> None`` the per-layer packs run:
+    ``out[i] = pool_pages[pages[i]]``.
+
+    The chosen backend's bare ``materialize`` launcher (``Backend.raw_ops``: no Python checks,
+    no conversion; CUDA keeps its C++ shape checks), else its checked op (the torch backend has
+    no launcher). Its inputs are checked once per forward instead: ``pages`` is the plan's
+    ``send_pages`` (int32, contiguous, local pages in range by construction) and ``out`` this
+    rank's block of the scratch, page-shaped like the pool.
+    """
+    chosen = cr.resolve_backend("materialize", device, backend)
+    return chosen.raw_ops.get("materialize", chosen.ops["materialize"])
 
 
 def request_pages(
