@@ -35,7 +35,7 @@ from sglang_cpkv.shared_kv import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-PLAN_OPS = 47  # plan_forward's own ATen operations per forward (CPU)
+PLAN_OPS = 45  # plan_forward's own ATen operations per forward (CPU)
 N, RANK = 8, 3
 _OURS = os.path.dirname(sglang_cpkv.__file__)
 _RUNTIME = os.path.dirname(cr.__file__)

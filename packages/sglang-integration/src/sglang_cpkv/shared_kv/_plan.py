@@ -251,12 +251,11 @@ def order_slots(
     j = torch.arange(layout.max_pages, device=device)
     # Every position below ceil(prefix / P) holds a page (an invalid layout's -1 lands on the
     # spare entry, as do all other positions: index_fill_ wraps -1 to the last entry).
-    history = torch.where(j < history_pages.view(-1, 1), layout.slot_table, -1)
-    gathered = torch.zeros(num_slots + 1, dtype=torch.bool, device=device)
-    gathered.index_fill_(0, history.view(-1).long(), True)
+    history = layout.slot_table.masked_fill(j >= history_pages.view(-1, 1), -1)
+    fresh = torch.ones(num_slots + 1, dtype=torch.bool, device=device)
+    fresh.index_fill_(0, history.view(-1).long(), False)
     page = layout.slot_page.long()  # -1 on a padded layout's padding slots (never gathered)
-    by_owner = torch.add(page, page % n, alpha=num_pages)
-    key = torch.where(gathered[:num_slots], by_owner, n * num_pages)
+    key = torch.add(page, page % n, alpha=num_pages).masked_fill_(fresh[:num_slots], n * num_pages)
     key, order = torch.sort(key, stable=True)
     # (bincount and boolean indexing would each sync: they size their output on the host)
     ends = torch.searchsorted(key, rank_ends)
