@@ -8,11 +8,10 @@ latent rows of 656 B and indexer pages of 8,448 B):
   one host read of 2 + N numbers, then ``finish_forward``), beside ``cpkv_runtime.plan_layout``
   (the definition, several host syncs);
 - ``layer``: one layer of ``CpkvSharedKVPool`` on this rank: pack the owned pages
-  (the backend's ``materialize`` op resolved once, as the pool does) for the latent and indexer
-  buffers, the peers'
-  blocks (one device copy standing in for the all-gather), two stores of the current rows at
-  precomputed rows; eager (CUDA events), host (enqueue cost per layer, no wait) and CUDA-graph
-  replay;
+  (``shared_kv.pack_launcher``: the backend's bare ``materialize`` launcher, resolved once, as
+  the pool does) for the latent and indexer buffers, the peers' blocks (one device copy
+  standing in for the all-gather), two stores of the current rows at precomputed rows; eager
+  (CUDA events), host (enqueue cost per layer, no wait) and CUDA-graph replay;
 - ``replicated``: what SGLang's default CP path does to the pool per layer: one store of the
   current rows (every rank keeps every page, nothing to gather).
 
@@ -41,6 +40,7 @@ from _layer_io import Row, capture_env, cuda_event_times, cuda_graph_times, wall
 from _skv_shapes import P, Req, place  # noqa: E402
 from sglang_cpkv.shared_kv import (  # noqa: E402
     ScratchGeometry,
+    pack_launcher,
     plan_forward,
     request_pages,
 )
@@ -89,8 +89,8 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     local = pool.view(-1, LATENT)
 
     def layer(backend: str):
-        # as CpkvSharedKVPool packs: the backend's op resolved once, no per-call checks
-        pack = cr.resolve_backend("materialize", pool.device, backend).ops["materialize"]
+        # as CpkvSharedKVPool packs: the backend's bare launcher, resolved once per forward
+        pack = pack_launcher(pool.device, backend)
         send_pages = plan.placement.send_pages
         send = scratch[RANK * block : (RANK + 1) * block]
         index_send = index_scratch[RANK * block : (RANK + 1) * block]

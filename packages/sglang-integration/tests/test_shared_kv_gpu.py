@@ -3,14 +3,14 @@ bitwise against the torch path; the per-layer step never syncs with the host.
 
 Production shape: GLM-5.1 on one CP-8 rank, 8 requests sharing a 65,536-token prefix plus 2,048
 new tokens each, page 64, packed fp8 latent rows (656 B) and indexer pages (8,448 B). The
-per-layer step is what ``CpkvSharedKVPool`` runs per layer: pack the owned pages with
-``cpkv_runtime.gather_pages`` into this rank's all-gather block, the other ranks' blocks (one
-device copy here: one GPU has no peers), the two stores of the current rows at precomputed rows
-(``index_copy_``: SGLang's own store kernel in the pool), and the reads through the page table
-translated once per forward. The whole per-forward plan (``request_pages``, ``current_locs``,
-``plan_forward``) syncs with the host at most once, and the per-layer lookups of the pool never
-(``torch.cuda.set_sync_debug_mode``; ``test_shared_kv_syncs.py`` shows the same on CPU with meta
-tensors).
+per-layer step is what ``CpkvSharedKVPool`` runs per layer: pack the owned pages with the page
+copy's bare launcher (``shared_kv.pack_launcher``) into this rank's all-gather block, the other
+ranks' blocks (one device copy here: one GPU has no peers), the two stores of the current rows
+at precomputed rows (``index_copy_``: SGLang's own store kernel in the pool), and the reads
+through the page table translated once per forward. The whole per-forward plan
+(``request_pages``, ``current_locs``, ``plan_forward``) syncs with the host exactly once (its
+one read), and the per-layer lookups of the pool never (``torch.cuda.set_sync_debug_mode``;
+``test_shared_kv_syncs.py`` shows the same on CPU with meta tensors).
 
 Run on the H200: ``uv run --frozen pytest packages/sglang-integration/tests/test_shared_kv_gpu.py
 -q -m gpu``.
@@ -27,6 +27,7 @@ from _skv_shapes import P, Req, place
 from sglang_cpkv.shared_kv import (
     ScratchGeometry,
     current_locs,
+    pack_launcher,
     place_slots,
     plan_forward,
     request_pages,
@@ -80,11 +81,11 @@ def _step(plan, table, t, scratch, index_scratch, local, backend):
     scratch[: N * block].copy_(
         torch.where(others[:, None, None], t["remote"], scratch[: N * block])
     )
-    cr.gather_pages(t["pool"], plan.placement.send_pages, out=send, backend=backend, validate=False)
-    cr.gather_pages(
-        t["index_pool"], plan.placement.send_pages,
-        out=index_scratch[RANK * block : (RANK + 1) * block], backend=backend, validate=False,
-    )  # fmt: skip
+    pack = pack_launcher(CUDA, backend)  # as CpkvSharedKVPool packs: the bare launcher
+    pack(t["pool"], plan.placement.send_pages, send)
+    pack(
+        t["index_pool"], plan.placement.send_pages, index_scratch[RANK * block : (RANK + 1) * block]
+    )
     rows = scratch.view(-1, LATENT)
     rows.index_copy_(0, plan.cur_rows, t["current"])
     local.view(-1, LATENT).index_copy_(0, plan.local_rows, t["current"])
@@ -164,23 +165,9 @@ def test_per_layer_step_does_not_sync(setup):
             torch.cuda.set_sync_debug_mode("default")
 
 
-def test_placement_syncs_once(setup):
-    """place_slots (the per-forward placement) reads N counts back: one host sync."""
-    _, geo, plan, _, _ = setup
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            place_slots(plan.placement.layout, [65536] * 8, geo)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    assert len(syncs) == 1, [str(w.message) for w in syncs]
-
-
 def _syncs_in(fn) -> list[str]:
-    """Messages of the synchronizing CUDA operations ``fn`` runs (debug mode ``warn``)."""
+    """Where ``fn`` ran a synchronizing CUDA operation (debug mode ``warn``): one
+    ``file:line`` per sync, of the frame that issued it (``warnings`` records the caller)."""
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("warn")
     try:
@@ -189,12 +176,26 @@ def _syncs_in(fn) -> list[str]:
             fn()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    return [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
 
 
-def test_forward_plan_syncs_at_most_once(setup):
+def test_sync_counter_sees_one_read():
+    """The counter the plan tests below use sees a read back, once per read: their 'exactly
+    one' can fail."""
+    t = torch.arange(4, device=CUDA)
+    assert len(_syncs_in(lambda: (t.sum().item(), t.tolist()))) == 2
+
+
+def test_placement_syncs_once(setup):
+    """place_slots (the per-forward placement) reads its host numbers back: one host sync."""
+    _, geo, plan, _, _ = setup
+    syncs = _syncs_in(lambda: place_slots(plan.placement.layout, [65536] * 8, geo))
+    assert len(syncs) == 1, syncs
+
+
+def test_forward_plan_syncs_once(setup):
     """The pool's per-forward path (``CpkvSharedKVPool._begin``): one read of the plan's host
-    numbers, no other sync (the uploads of host lengths are non-blocking)."""
+    numbers, no other sync (the uploads of host values are pinned and non-blocking)."""
     batch, geo, _, _, _ = setup
     r2t = batch.req_to_token().to(CUDA)
     idx = torch.arange(len(batch.pages), device=CUDA)
@@ -206,7 +207,7 @@ def test_forward_plan_syncs_at_most_once(setup):
 
     want = forward_plan()  # first call compiles and resolves the kernels
     syncs = _syncs_in(forward_plan)
-    assert len(syncs) <= 1, syncs
+    assert len(syncs) == 1, syncs  # the read of host_numbers, nothing else
     got = forward_plan()
     assert torch.equal(got.cur_rows, want.cur_rows)
     assert torch.equal(got.placement.slot_scratch, want.placement.slot_scratch)
@@ -218,7 +219,7 @@ def test_per_layer_lookups_do_not_sync(setup):
     batch, geo, plan, _, t = setup
     r2t = batch.req_to_token().to(CUDA)
     table = r2t[:, : max(batch.seq)]
-    pack = cr.resolve_backend("materialize", CUDA).ops["materialize"]
+    pack = pack_launcher(CUDA)  # what CpkvSharedKVPool resolves once per forward
     block = plan.placement.block
     send = torch.empty(block, P, LATENT, dtype=torch.uint8, device=CUDA)
     other = plan.out_cache_loc.clone()

@@ -37,6 +37,7 @@ from sglang_cpkv.shared_kv import (
     draft_forward,
     finish_forward,
     interleave_kept_rows,
+    pack_launcher,
     place_slots,
     plan_forward,
     request_pages,
@@ -173,7 +174,7 @@ def test_per_layer_lookups_read_nothing(name, cp):
             plan._cache.clear()
             assert plan.translate(other).shape == other.shape
         # the pack of _prefetch_layer: the resolved page copy on the plan's send pages
-        pack = cr.resolve_backend("materialize", META).ops["materialize"]
+        pack = pack_launcher(META)
         pool = torch.empty(batch.local_pages + 1, P, 656, dtype=torch.uint8, device=META)
         send = torch.empty(plan.placement.block, P, 656, dtype=torch.uint8, device=META)
         pack(pool, plan.placement.send_pages, send)

@@ -34,6 +34,8 @@ _HOME = {
     "to_scratch": "_plan",
     "owned_local_rows": "_plan",
     "interleave_kept_rows": "_plan",
+    # Per layer
+    "pack_launcher": "_plan",
     # Gate
     "GateInput": "_gate",
     "Verdict": "_gate",

@@ -32,7 +32,9 @@ from sglang_cpkv.shared_kv._plan import (
     assign_slots,
     order_slots,
     owned_local_rows,
+    owned_rows,
     to_scratch,
+    upload_ints,
 )
 
 __all__ = [
@@ -213,7 +215,9 @@ class ForwardDraft:
             host reads (status, used slots, per-rank gathered slots).
         prefix, extend: (B,) host lengths.
         out_cache_loc, token_req, local_rows, row_req: as in :class:`ForwardScratch`.
-        dense_locs: (T,) each current token's dense-layout location (``remap_locs``).
+        token_slot: (T,) int32 each current token's slot (``layout.inverse`` at its request and
+            page; -1 only for a location on a page its request does not list).
+        token_offset: (T,) int64 each current token's row in its page (``loc % P``).
     """
 
     slots: SlotOrder
@@ -221,7 +225,8 @@ class ForwardDraft:
     extend: tuple[int, ...]
     out_cache_loc: torch.Tensor
     token_req: torch.Tensor
-    dense_locs: torch.Tensor
+    token_slot: torch.Tensor
+    token_offset: torch.Tensor
     local_rows: torch.Tensor
     row_req: dict[int, torch.Tensor]
 
@@ -237,44 +242,48 @@ def draft_forward(
 ) -> ForwardDraft:
     """Everything of the plan that needs no host read (device work and one upload).
 
-    The host lengths go to the device in one non-blocking upload; the layout is
-    :func:`cpkv_runtime.plan_layout_static` with the capacity and token count the host knows
-    (``sum(ceil(seq_lens / P))`` slots always suffice) and its checks deferred to the status
-    that :func:`finish_forward` reads with the rest.
+    What the host knows goes to the device in one non-blocking upload (pinned on CUDA): the
+    lengths, the request ids, ``ceil(prefix / P)``, the owner-run bounds of the slot sort and the
+    kept rows. The layout is :func:`cpkv_runtime.plan_layout_static` with the capacity and token
+    count the host knows (``sum(ceil(seq_lens / P))`` slots always suffice) and its checks
+    deferred to the status that :func:`finish_forward` reads with the rest.
     """
-    p, device = geo.page_size, req_pages.device
+    p, n, device = geo.page_size, geo.shard_size, req_pages.device
     prefix, extend = tuple(int(x) for x in prefix), tuple(int(x) for x in extend)
     if min(prefix + extend, default=0) < 0:  # host-visible: plan_layout's own error, no upload
         cr.plan_layout(req_pages, prefix, extend, p, num_pages)
         raise AssertionError(f"negative lengths {prefix} / {extend} passed plan_layout")
     bsz, num_tokens = len(prefix), sum(extend)
-    kept = None if kept_rows is None else [int(b) for b in kept_rows]
-    host = torch.tensor([*prefix, *extend, *(kept or [])], dtype=torch.long)
-    # Pageable memory: the copy is staged before the call returns, so ``host`` may go.
-    upload = host.to(device, non_blocking=True)
-    prefix_t, extend_t = upload[:bsz], upload[bsz : 2 * bsz]
+    kept = [] if kept_rows is None else [int(b) for b in kept_rows]
+    history = [-(-q // p) for q in prefix]
+    rank_ends = [(r + 1) * num_pages for r in range(n)]
+    upload = upload_ints([*prefix, *extend, *range(bsz), *history, *rank_ends, *kept], device)
+    prefix_t, extend_t, rows_t, history_t, rank_ends_t, kept_t = upload.split(
+        [bsz, bsz, bsz, bsz, n, len(kept)]
+    )
     capacity = sum(-(-(q + e) // p) for q, e in zip(prefix, extend, strict=True))
     layout = cr.plan_layout_static(
         req_pages, prefix_t, extend_t, p, num_pages,
         max_slots=capacity, num_tokens=num_tokens, validate=False,
     )  # fmt: skip
-    token_req = torch.repeat_interleave(
-        torch.arange(bsz, device=device), extend_t, output_size=num_tokens
-    )
-    row_req = {bsz: torch.arange(bsz, device=device)}
-    if kept is not None:
-        row_req.setdefault(len(kept), upload[2 * bsz :])
+    token_req = torch.repeat_interleave(extend_t, output_size=num_tokens)  # request of each token
+    row_req = {bsz: rows_t}
+    if kept_rows is not None:
+        row_req.setdefault(len(kept), kept_t)
     # Per-token tables (one row per query token). Every extend holds >= 1 token, so T == B only
     # when each request extends by one (token_req == arange), and T >= B > len(kept) otherwise.
     row_req.setdefault(num_tokens, token_req)
+    loc = out_cache_loc.long()
+    page, offset = torch.div(loc, p, rounding_mode="floor"), loc % p
     return ForwardDraft(
-        slots=order_slots(layout, geo),
+        slots=order_slots(layout, geo, history_pages=history_t, rank_ends=rank_ends_t),
         prefix=prefix,
         extend=extend,
         out_cache_loc=out_cache_loc,
         token_req=token_req,
-        dense_locs=cr.remap_locs(out_cache_loc, token_req, layout, validate=False),
-        local_rows=owned_local_rows(out_cache_loc, p, geo.shard_size, geo.shard_rank),
+        token_slot=layout.inverse[token_req, page],
+        token_offset=offset,
+        local_rows=owned_rows(page, offset, p, n, geo.shard_rank),
         row_req=row_req,
     )
 
@@ -284,6 +293,11 @@ def finish_forward(
 ) -> ForwardScratch:
     """The rest of the plan from the host numbers (``draft.slots.host_numbers`` read back):
     the input and capacity checks, then device work only.
+
+    A current token's scratch row is its slot's scratch page times ``P`` plus its offset
+    (``to_scratch`` of its ``remap_locs`` location, without the round trip through the dense
+    location). A location on a page its request does not list (SGLang never passes one) has
+    slot -1, which lands on the trash page like every absent lookup.
 
     Raises:
         ScratchCapacityError: the batch does not fit the scratch.
@@ -295,7 +309,7 @@ def finish_forward(
         placement=placement,
         out_cache_loc=draft.out_cache_loc,
         token_req=draft.token_req,
-        cur_rows=to_scratch(draft.dense_locs, placement.slot_scratch, p),
+        cur_rows=torch.add(draft.token_offset, placement.slot_scratch[draft.token_slot], alpha=p),
         local_rows=draft.local_rows,
         row_req=draft.row_req,
         stage_after_gather=any(

@@ -22,14 +22,14 @@ exactly where SGLang's does.
 
 One host read per plan, in :func:`place_slots` between its two device halves
 (:func:`order_slots`, :func:`assign_slots`): one small tensor with the static layout's status,
-its slot count and the per-owner slot counts (``block`` sizes the all-gather, the counts size
-the regions and the admission check). Everything the per-layer path needs is a device tensor
-afterwards.
+its slot count and where each owner's run of gathered slots ends (``block`` sizes the
+all-gather, the counts size the regions and the admission check). Everything the per-layer path
+needs is a device tensor afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import cpkv_runtime as cr
@@ -47,15 +47,29 @@ __all__ = [
     "interleave_kept_rows",
     "order_slots",
     "owned_local_rows",
+    "owned_rows",
+    "pack_launcher",
     "place_slots",
     "request_pages",
     "to_scratch",
+    "upload_ints",
 ]
 
 
 class ScratchCapacityError(CpkvSGLangError, RuntimeError):
     """A batch needs more scratch pages than the pool allocated (admission should have deferred
     it); raised once per forward, before any layer runs."""
+
+
+def upload_ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Host ints -> a (len,) int64 tensor on ``device``, in one non-blocking copy.
+
+    On CUDA the host side is pinned (PyTorch's caching host allocator, which keeps the block
+    until the copy has run): a copy from pageable memory stalls the host while the driver
+    stages it, and ``set_sync_debug_mode`` does not see that stall.
+    """
+    host = torch.tensor(values, dtype=torch.long, pin_memory=device.type == "cuda")
+    return host.to(device, non_blocking=True)
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,9 @@ class ScratchPlacement:
         block: pages each rank contributes to the all-gather (max over ranks of owned slots).
         owned: slots each rank owns in the gather region (``owned[r] <= block``).
         num_fresh: slots in the write region.
-        send_pages: (block,) int64 this rank's local pages in gather order, padded with local
-            page 0 (reserved on every rank: SGLang's padding page).
+        send_pages: (block,) int32 this rank's local pages in gather order, padded with local
+            page 0 (reserved on every rank: SGLang's padding page); int32 and contiguous, as
+            the page copy kernels' bare launchers take their index.
     """
 
     layout: cr.Layout
@@ -110,6 +125,20 @@ class ScratchPlacement:
     @property
     def num_gathered(self) -> int:
         return sum(self.owned)
+
+
+def pack_launcher(device: torch.device, backend: str | None = None) -> Callable[..., object]:
+    """The page copy ``(pool_pages, pages, out) -> None`` the per-layer packs run:
+    ``out[i] = pool_pages[pages[i]]``.
+
+    The chosen backend's bare ``materialize`` launcher (``Backend.raw_ops``: no Python checks,
+    no conversion; CUDA keeps its C++ shape checks), else its checked op (the torch backend has
+    no launcher). Its inputs are checked once per forward instead: ``pages`` is the plan's
+    ``send_pages`` (int32, contiguous, local pages in range by construction) and ``out`` this
+    rank's block of the scratch, page-shaped like the pool.
+    """
+    chosen = cr.resolve_backend("materialize", device, backend)
+    return chosen.raw_ops.get("materialize", chosen.ops["materialize"])
 
 
 def request_pages(
@@ -140,7 +169,7 @@ def request_pages(
     first = req_to_token[req_pool_indices.long().unsqueeze(1), cols.unsqueeze(0)]
     pages = torch.div(first.long(), page_size, rounding_mode="floor")
     j = torch.arange(max_pages, device=device).unsqueeze(0)
-    n_used = torch.tensor(used, dtype=torch.long).to(device, non_blocking=True).unsqueeze(1)
+    n_used = upload_ints(used, device).unsqueeze(1)
     return torch.where(j < n_used, pages, -1).to(torch.int32)
 
 
@@ -163,11 +192,8 @@ def current_locs(
     prefix = [int(p) for p in prefix_lens]
     extend = [int(s) - p for s, p in zip(seq_lens, prefix, strict=True)]
     num_tokens = sum(extend)
-    lens = torch.tensor([prefix, extend], dtype=torch.long).reshape(2, len(prefix))
-    prefix_t, extend_t = lens.to(device, non_blocking=True)
-    req = torch.repeat_interleave(
-        torch.arange(len(prefix), device=device), extend_t, output_size=num_tokens
-    )
+    prefix_t, extend_t = upload_ints([*prefix, *extend], device).view(2, len(prefix))
+    req = torch.repeat_interleave(extend_t, output_size=num_tokens)  # request of each token
     first = torch.cumsum(extend_t, 0) - extend_t  # each request's first flattened token
     pos = torch.arange(num_tokens, device=device) - first[req] + prefix_t[req]
     return req_to_token[req_pool_indices.long()[req], pos]
@@ -175,56 +201,69 @@ def current_locs(
 
 @dataclass(frozen=True, eq=False)
 class SlotOrder:
-    """The device half of :func:`place_slots`: every slot's owner and gather order, before the
-    one host read that sizes the regions.
+    """The device half of :func:`place_slots`: every slot's gather order, before the one host
+    read that sizes the regions.
 
     Attributes:
         layout: the layout being placed (padded from :func:`cpkv_runtime.plan_layout_static`,
             or exact from :func:`cpkv_runtime.plan_layout`); ``S`` = ``layout.num_slots``.
         order: (S,) int64 slot ids: gathered slots by (owner rank, local page, slot), then the
             others by slot (used fresh slots before the padding slots of a padded layout).
-        owner: (S,) int64 rank that owns each slot's page (``page % N``).
-        local: (S,) int64 local page of each slot's page on its owner (``page // N``).
         host_numbers: (2 + N,) int64 what the host needs, read in one transfer: the layout's
-            status (0 = valid input), the slots it uses, and each rank's gathered slots.
+            status (0 = valid input), the slots it uses, and for each rank ``r`` the gathered
+            slots of ranks ``0..r`` (the end of rank ``r``'s run in ``order``).
     """
 
     layout: cr.Layout
     order: torch.Tensor
-    owner: torch.Tensor
-    local: torch.Tensor
     host_numbers: torch.Tensor
 
 
-def order_slots(layout: cr.Layout, geo: ScratchGeometry) -> SlotOrder:
+def order_slots(
+    layout: cr.Layout,
+    geo: ScratchGeometry,
+    *,
+    history_pages: torch.Tensor | None = None,
+    rank_ends: torch.Tensor | None = None,
+) -> SlotOrder:
     """Sort the slots of ``layout`` for the gather (device work only: nothing is read back).
 
-    A slot is *gathered* when some request reads a history row through it (a read-only prefix
-    page, or the history part of a page a request writes); the others are fresh.
+    A slot is *gathered* when some request reads a history row through it: a page at position
+    ``j < ceil(prefix / P)`` of a request (a read-only prefix page, or the history part of a
+    page the request writes); the others are fresh. Logical page ``l`` of a gathered slot is
+    owned by rank ``l % N``, as local page ``l // N``; its sort key ``l + (l % N) * num_pages``
+    orders by (owner, local page), and a stable sort keeps slot order among equal keys.
+
+    Args:
+        layout: the batch's layout.
+        geo: the scratch regions.
+        history_pages: (B,) int64 ``ceil(prefix_lens / P)``; the forward plan uploads it with
+            the host lengths (default: computed from the layout's lengths on the device).
+        rank_ends: (N,) int64 ``(r + 1) * num_pages``, likewise (default: uploaded here).
     """
-    p, n, device = geo.page_size, geo.shard_size, layout.device
-    num_slots = layout.num_slots
-    j = torch.arange(layout.max_pages, device=device).unsqueeze(0)
-    used = layout.slot_table >= 0
-    history = used & (j * p < layout.prefix_lens.long().unsqueeze(1))
-    slot = layout.slot_table.long().clamp(min=0)
-    hits = torch.zeros(num_slots + 1, dtype=torch.long, device=device)
-    hits.index_add_(0, torch.where(used, slot, num_slots).reshape(-1), history.reshape(-1).long())
-    gathered = hits[:num_slots] > 0
+    n, device = geo.shard_size, layout.device
+    num_slots, num_pages = layout.num_slots, int(layout.num_pages)
+    if history_pages is None:
+        p = geo.page_size
+        history_pages = torch.div(layout.prefix_lens.long() + (p - 1), p, rounding_mode="floor")
+    if rank_ends is None:
+        rank_ends = upload_ints([(r + 1) * num_pages for r in range(n)], device)
+    j = torch.arange(layout.max_pages, device=device)
+    # Every position below ceil(prefix / P) holds a page (an invalid layout's -1 lands on the
+    # spare entry, as do all other positions: index_fill_ wraps -1 to the last entry).
+    history = layout.slot_table.masked_fill(j >= history_pages.view(-1, 1), -1)
+    fresh = torch.ones(num_slots + 1, dtype=torch.bool, device=device)
+    fresh.index_fill_(0, history.view(-1).long(), False)
     page = layout.slot_page.long()  # -1 on a padded layout's padding slots (never gathered)
-    owner = page % n
-    local = torch.div(page, n, rounding_mode="floor")
-    ids = torch.arange(num_slots, device=device)
-    span = (int(layout.num_pages) // n + 1) * max(num_slots, 1)
-    key = torch.where(gathered, (owner * span) + local * num_slots + ids, n * span + ids)
-    order = torch.argsort(key)
+    key = torch.add(page, page % n, alpha=num_pages).masked_fill_(fresh[:num_slots], n * num_pages)
+    key, order = torch.sort(key, stable=True)
     # (bincount and boolean indexing would each sync: they size their output on the host)
-    counts = torch.zeros(n, dtype=torch.long, device=device).index_add_(0, owner, gathered.long())
+    ends = torch.searchsorted(key, rank_ends)
     if layout.padded:
-        head = torch.cat([layout.status, layout.used_slots]).long()
+        host_numbers = torch.cat([layout.status, layout.used_slots, ends])
     else:
-        head = torch.tensor([0, num_slots], dtype=torch.long).to(device, non_blocking=True)
-    return SlotOrder(layout, order, owner, local, torch.cat([head, counts]))
+        host_numbers = torch.cat([upload_ints([0, num_slots], device), ends])
+    return SlotOrder(layout, order, host_numbers)
 
 
 def assign_slots(
@@ -238,14 +277,16 @@ def assign_slots(
         ScratchCapacityError: the gather or write region is too small for this batch.
     """
     n, device = geo.shard_size, slots.layout.device
-    status, num_used, *owned_list = (int(v) for v in host_numbers)
+    status, num_used, *ends = (int(v) for v in host_numbers)
     if status:  # bad input: plan_layout's own message (its checks rerun, off the hot path)
         slots.layout.verify()
         raise AssertionError(f"layout status {status}, yet Layout.verify() passed")
-    owned = tuple(owned_list)
-    if len(owned) != n:
-        raise ValueError(f"host_numbers holds {len(owned)} rank counts for {n} ranks")
+    if len(ends) != n:
+        raise ValueError(f"host_numbers holds {len(ends)} rank counts for {n} ranks")
+    starts = [0, *ends[:-1]]
+    owned = tuple(e - s for s, e in zip(starts, ends, strict=True))
     layout = slots.layout
+    full_slot_page = layout.slot_page
     if layout.padded:  # plan_layout's exact layout: the padding slots cut off
         layout = replace(
             layout,
@@ -265,20 +306,18 @@ def assign_slots(
             f"raise the scratch (longer --context-length budget or --chunked-prefill-size) or "
             f"send fewer long prefixes per batch"
         )
-    counts = slots.host_numbers[2:]
-    start_of = torch.cumsum(counts, 0) - counts
-    owner, order = slots.owner, slots.order
-    sorted_gathered = order[:num_gathered]
-    within = torch.arange(num_gathered, device=device) - start_of[owner[sorted_gathered]]
-    slot_scratch = torch.empty(num_used + 1, dtype=torch.long, device=device)
-    slot_scratch[sorted_gathered] = owner[sorted_gathered] * block + within
-    fresh = order[num_gathered:num_used]
-    slot_scratch[fresh] = geo.write_base + torch.arange(num_fresh, device=device)
-    slot_scratch[num_used] = geo.trash_page
-    first = sum(owned[: geo.shard_rank])
-    mine = sorted_gathered[first : first + owned[geo.shard_rank]]
-    send_pages = torch.zeros(block, dtype=torch.long, device=device)
-    send_pages[: mine.shape[0]] = slots.local[mine]
+    # Sorted position i of rank r's run goes to page r * block + (i - starts[r]); of the fresh
+    # run to write_base + (i - num_gathered): i plus one offset per run, built on the host.
+    offsets = [r * block - starts[r] for r in range(n)] + [geo.write_base - num_gathered]
+    runs = upload_ints([*offsets, *owned, num_fresh], device)
+    where = torch.arange(num_used, device=device) + torch.repeat_interleave(
+        runs[: n + 1], runs[n + 1 :], output_size=num_used
+    )
+    slot_scratch = torch.full((num_used + 1,), geo.trash_page, dtype=torch.long, device=device)
+    slot_scratch.index_copy_(0, slots.order[:num_used], where)
+    mine = slots.order[starts[geo.shard_rank] : ends[geo.shard_rank]]
+    local = torch.div(full_slot_page.index_select(0, mine), n, rounding_mode="floor")
+    send_pages = torch.nn.functional.pad(local, (0, block - local.shape[0]))
     return ScratchPlacement(layout, slot_scratch, block, owned, num_fresh, send_pages)
 
 
@@ -340,10 +379,16 @@ def owned_local_rows(
         int64 of ``loc``'s shape.
     """
     loc = loc.long()
-    p, n = page_size, shard_size
-    owner = torch.div(loc, p, rounding_mode="floor") % n
-    local = torch.div(loc, n * p, rounding_mode="floor") * p + loc % p
-    return torch.where(owner == shard_rank, local, loc % p)
+    return owned_rows(torch.div(loc, page_size, rounding_mode="floor"), loc % page_size,
+                      page_size, shard_size, shard_rank)  # fmt: skip
+
+
+def owned_rows(
+    page: torch.Tensor, offset: torch.Tensor, page_size: int, shard_size: int, shard_rank: int
+) -> torch.Tensor:
+    """:func:`owned_local_rows` from each location's logical page and offset in it (int64)."""
+    local = torch.add(offset, torch.div(page, shard_size, rounding_mode="floor"), alpha=page_size)
+    return torch.where(page % shard_size == shard_rank, local, offset)
 
 
 def interleave_kept_rows(extend_lens: Sequence[int], cp_size: int, cp_rank: int) -> list[int]:

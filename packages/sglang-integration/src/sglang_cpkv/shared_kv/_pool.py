@@ -18,8 +18,8 @@ upstream method               here
 ``_get_write_plan``           fixed-shape owner rows (non-owned rows land on local page 0):
                               no ``nonzero`` host sync
 ``_prefetch_layer``           packs owned pages with the ``cpkv_runtime`` page copy (the
-                              ``gather_pages`` kernels, resolved once per forward) into the
-                              exact-size all-gather block
+                              ``gather_pages`` kernels' bare launcher, resolved once per
+                              forward) into the exact-size all-gather block
 ``set_mla_kv_buffer``         stages each token at its request's private slot, persists owned
                               rows; both with SGLang's own fused quantise-and-store kernel
 index key cache               ``_scratch_pages`` and ``write_targets`` per request, likewise
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import cpkv_runtime as cr
 import torch
 from sglang.srt.mem_cache import page_interleave_pool as _pip
 from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
@@ -48,6 +47,7 @@ from sglang_cpkv.shared_kv._plan import (
     current_locs,
     interleave_kept_rows,
     owned_local_rows,
+    pack_launcher,
     request_pages,
 )
 
@@ -168,10 +168,10 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
             self.cpkv_num_pages,
             kept_rows=kept_rows,
         )
-        # The page copy's kernel, resolved once per forward (CUDA > Triton > torch, CPKV_BACKEND):
-        # the per-layer packs call it directly on the plan's checked, page-contiguous tensors.
-        device = self.cpkv_forward.out_cache_loc.device
-        self._cpkv_pack = cr.resolve_backend("materialize", device).ops["materialize"]
+        # The page copy, resolved once per forward (CUDA > Triton > torch, CPKV_BACKEND): the
+        # per-layer packs call the backend's bare launcher (no Python checks) on the plan's
+        # send_pages (int32, contiguous, in range by construction) and the pool's pages.
+        self._cpkv_pack = pack_launcher(self.cpkv_forward.out_cache_loc.device)
         block = self.cpkv_forward.placement.block
         self._epoch += 1
         self._block_pages = block
@@ -236,7 +236,7 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
             for pool_buf, name in self._gather_pairs(local_layer):
                 scratch = self._page_view(slot.tensors[name], name)
                 send = scratch[rank * block : (rank + 1) * block]
-                # cpkv_runtime.gather_pages without its per-call checks (the plan's tensors)
+                # cpkv_runtime.gather_pages without its per-call checks (see pack_launcher)
                 self._cpkv_pack(self._page_view(pool_buf, name), placement.send_pages, send)
                 with self.kv_gather_comm.change_state(enable=True):
                     self.kv_gather_comm.all_gather(scratch[: self.shard_size * block], send)
