@@ -19,11 +19,11 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from _dgc_hostile import run_in_process, run_measured, tree
 from deepgemm_compat import InputError
 from deepgemm_compat._bounds import MAX_KERNELS, PLAN_BYTES
 from deepgemm_compat.cli import main
 from deepgemm_compat.warmup import CPSetup, GemmShape, KernelType, glm51_shapes, plan_warmup
+from hostile_cli import run_in_process, run_measured, tree
 
 DENSE = KernelType.GEMM_NT_F8F8BF16
 OFF_RULE = "only -1 turns chunked prefill off: SGLang 0.5.23's scheduler"

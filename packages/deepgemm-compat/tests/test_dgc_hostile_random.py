@@ -10,10 +10,10 @@ exit 2 / InputError, and no traceback.
 from __future__ import annotations
 
 import pytest
-from _dgc_hostile import run_in_process
 from deepgemm_compat import InputError
 from deepgemm_compat.cli import main
 from deepgemm_compat.warmup import CPSetup, glm51_reduced_shapes, plan_warmup
+from hostile_cli import run_in_process
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 

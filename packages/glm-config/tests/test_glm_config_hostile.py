@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from _glmcfg_fixtures import raw
-from _glmcfg_hostile import run_in_process, run_measured, tree
 from glm_config.cli import main
+from hostile_cli import run_in_process, run_measured, tree
 
 
 def _glm(**changes: object) -> str:

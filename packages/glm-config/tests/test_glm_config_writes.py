@@ -15,10 +15,10 @@ import stat
 
 import pytest
 from _glmcfg_fixtures import LAYERS, raw, write_model
-from _glmcfg_hostile import run_in_process, run_measured, tree
 from glm_config import config_errors
 from glm_config._jsonedit import edit_text
 from glm_config.cli import main
+from hostile_cli import run_in_process, run_measured, tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

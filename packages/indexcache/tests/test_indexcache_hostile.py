@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _hostile import run_in_process, run_measured, tree
+from hostile_cli import run_in_process, run_measured, tree
 from indexcache.cli import main
 
 LAYERS_CAP = "a schedule holds at most 4096 layers"
