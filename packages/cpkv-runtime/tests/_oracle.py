@@ -188,3 +188,37 @@ def cp_split(extend: list[int], cp: int, strategy: str) -> list[list[int]]:
     longest = max(len(tokens) for tokens in ranks)
     local = -(-longest // align) * align
     return [tokens + [-1] * (local - len(tokens)) for tokens in ranks]
+
+
+def shard_order(
+    lay: OracleLayout, prefix: list[int], shard_size: int
+) -> tuple[list[int], list[int]]:
+    """(order of the used slots, ends): gathered slots (some request reads history through
+    them) by owner rank ``page % N`` then slot, the others after them in slot order; ``ends[r]``
+    counts the gathered slots of ranks ``0..r``."""
+    p = lay.page_size
+    gathered = {
+        lay.slot_table[b][j]
+        for b in range(len(prefix))
+        for j in range(-(-prefix[b] // p))
+        if lay.slot_table[b][j] >= 0
+    }
+    used = range(len(lay.slot_page))
+
+    def category(s: int) -> int:
+        return lay.slot_page[s] % shard_size if s in gathered else shard_size
+
+    order = sorted(used, key=lambda s: (category(s), s))
+    ends = [sum(1 for s in used if category(s) <= r) for r in range(shard_size)]
+    return order, ends
+
+
+def shard_scratch_page(pos: int, ends: list[int], block: int, write_base: int) -> int:
+    """Where the slot at gather position ``pos`` lives: rank r's run at ``r * block``, the
+    others from ``write_base``."""
+    begin = 0
+    for r, end in enumerate(ends):
+        if pos < end:
+            return r * block + pos - begin
+        begin = end
+    return write_base + pos - begin

@@ -18,7 +18,7 @@ Environment variables:
   graph is captured; ``max_bytes=`` overrides it per call.
 """
 
-from ._backend import OP_NAMES, PRIORITY, Backend
+from ._backend import NO_TRITON, OP_NAMES, PRIORITY, Backend
 from ._cp import CPSplit, cp_split, gather_order, localize
 from ._dispatch import available_backends, register_backend
 from ._dispatch import resolve as resolve_backend
@@ -64,6 +64,7 @@ __all__ = [  # noqa: RUF022
     "check_invariants",
     # Backends
     "Backend",
+    "NO_TRITON",
     "OP_NAMES",
     "PRIORITY",
     "available_backends",

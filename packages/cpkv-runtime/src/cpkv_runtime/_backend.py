@@ -75,6 +75,44 @@ inverse, page_size, dense_locs) -> None``
     sources, used_slots, dense)`` then ``remap_locs(locs, row_req, inverse, page_size,
     dense_locs)``; one call, so a backend can launch both from one entry point.
 
+``shard_plan(req_to_token, req_pool_indices, out_cache_loc, lens, kept, width, page_size,
+num_pages, max_slots, shard_size, shard_rank, write_base, trash_page, with_layout) -> list``
+    One forward's scratch plan for a page-interleaved sharded pool (logical page ``l`` on rank
+    ``l % N``, ``N = shard_size``), all on the device: :func:`plan_slots` with dedup over the
+    batch's pages, the gather order, and the placement. req_to_token: (R, C) int32/int64 token
+    locations of each request's positions; req_pool_indices: (B,) int32/int64 rows of it;
+    out_cache_loc: (T,) int32/int64 the current tokens' locations, request-major; lens: host
+    ints, B prefix lengths then B extend lengths; kept: host ints, requests of the rows a CP
+    rank keeps (any list); width: ``M >= max ceil(seq / P)``.
+
+    The pages are ``req_pages[b, j] = req_to_token[req_pool_indices[b], j * P] // P`` for
+    ``j < ceil(seq_b / P)``, -1 past them, where that read is outside ``req_to_token`` or the
+    page is negative; pages past int32 become ``2**31 - 1`` (all bad pages for the status).
+    A slot is *gathered* when some request reads history through it (``j < ceil(prefix_b /
+    P)``); its category is its owner rank ``slot_page % N``, else ``N``. ``order`` sorts the
+    used slots stably by category (slot order within one), then the padding slots in place;
+    ``g_r`` counts the gathered slots of ranks ``0..r``; ``block = max_r(g_r - g_{r-1})``.
+    Rank ``r``'s run goes to scratch pages ``r * block + i``, the other used slots to
+    ``write_base + i``, in order.
+
+    Returns ``host`` (3 + N,) int32 ``[status, used slots, g_0, ..., g_{N-1}, block]`` (the one
+    tensor a caller reads); ``inverse`` (B, num_pages) of the ``plan_slots`` outputs; ``rows``
+    (B,) int64 ``0 .. B - 1``; ``kept`` (K,) int64; ``slot_scratch`` (S + 1,) int64 the scratch
+    page of each used slot, ``trash_page`` for the padding slots and at entry ``S`` (so
+    ``slot_scratch[-1]`` is trash); ``send_pages`` (S,) int32 rank ``shard_rank``'s run as local
+    pages (``slot_page // N``), then 0; ``token_req`` (T,) int64 the request of each token
+    (``B`` past the last); ``cur_rows`` (T,) int64 ``slot_scratch[inverse[token_req, loc // P]]
+    * P + loc % P`` (trash for a page outside the pool or the request); ``local_rows`` (T,)
+    int64 ``(loc // P // N) * P + loc % P`` where rank ``shard_rank`` owns the page, else
+    ``loc % P`` (local page 0, the reserved one). With ``with_layout`` also ``order`` (S,)
+    int32, its inverse permutation ``spos``, ``ext_start`` (B + 1,) int64 (each request's first
+    token and the total), then the ``plan_slots`` outputs ``slot_page``, ``pages``, ``prefix``,
+    ``extend``, ``seq``, ``pages_used``, ``slot_table``, ``slot_owner``, ``used_slots``,
+    ``status``, ``info`` (each returned tensor costs the host the time this op exists to save).
+    With a nonzero status, ``order`` is the identity, every ``g_r`` and ``block`` are 0 and the
+    placement is not meaningful. Triton does not implement it: a Triton launch costs more host
+    time than the op saves; without CUDA it runs on torch.
+
 ``current_page_mask(req_pages, prefix_lens, extend_lens, page_size) -> mask``
     req_pages: (B, M); prefix_lens, extend_lens: (B,).
     returns bool (B, M): True where request b's j-th page holds any of b's current tokens
@@ -100,7 +138,11 @@ OP_NAMES: tuple[str, ...] = (
     "fill_sources",
     "build_dense",
     "layer_step",
+    "shard_plan",
 )
+
+# Ops no Triton kernel implements (see ``shard_plan`` above): Triton falls through to torch.
+NO_TRITON: frozenset[str] = frozenset({"shard_plan"})
 
 # Dispatch order when no backend is forced: the first available one that supports the device wins.
 PRIORITY: tuple[str, ...] = ("cuda", "triton", "torch")

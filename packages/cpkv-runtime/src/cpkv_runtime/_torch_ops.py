@@ -13,6 +13,7 @@ from ._backend import Backend
 from ._bytes import word_rows
 from ._torch_layer import build_dense, fill_sources
 from ._torch_plan import plan_slots
+from ._torch_shard import shard_plan
 
 __all__ = ["TORCH_BACKEND", "materialize_padded"]
 
@@ -229,6 +230,7 @@ TORCH_BACKEND = Backend(
         "fill_sources": fill_sources,
         "build_dense": build_dense,
         "layer_step": layer_step,
+        "shard_plan": shard_plan,
     },
     devices=frozenset({"cpu", "cuda", "meta", "mps", "xpu"}),
 )
