@@ -12,7 +12,7 @@ import torch
 from _cases import make_data, named_batches
 from _compare import assert_bitwise_equal
 from cpkv_kernels._plan_workspace import workspace_size
-from cpkv_runtime import OP_NAMES
+from cpkv_runtime import NO_TRITON, OP_NAMES
 
 TORCH_OPS = cpkv_runtime.available_backends()["torch"].ops
 
@@ -41,7 +41,19 @@ def _args(device: str, impl: str = "triton") -> dict[str, tuple]:
             torch.empty((lay.batch_size + 1, lay.num_pages), dtype=torch.int32, device=device),
         )
     dense_args = (d.kv_pool, lay.slot_page, d.current_kv, sources, used, dense)
-    return {
+    shard = {}
+    if impl == "cuda":  # no Triton kernel (cpkv_runtime.NO_TRITON)
+        p, bsz = 16, lay.batch_size
+        offsets = torch.arange(p, device=device)
+        r2t = (lay.req_pages.long().unsqueeze(2) * p + offsets).view(bsz, -1).int()
+        lens = [*lay.prefix_lens.tolist(), *lay.extend_lens.tolist()]
+        cap = lay.req_pages.numel()
+        shard = {
+            "shard_plan": (r2t, torch.arange(bsz, device=device), d.out_cache_loc.clamp(min=0),
+                           lens, [0], lay.max_pages, p, lay.num_pages, cap, 2, 1, 2 * cap,
+                           3 * cap, True),
+        }  # fmt: skip
+    return shard | {
         "build_inverse": (
             lay.slot_table,
             lay.req_pages,
@@ -65,7 +77,7 @@ def _args(device: str, impl: str = "triton") -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize("op", OP_NAMES)
+@pytest.mark.parametrize("op", [op for op in OP_NAMES if op not in NO_TRITON])
 def test_opcheck_triton(op, device):
     torch.library.opcheck(getattr(torch.ops.cpkv, f"{op}_triton").default, _args(device)[op])
 

@@ -21,7 +21,7 @@ _WIDE = (torch.int32, torch.int64)
 # The ops whose bare CUDA launcher is the torch.ops overload itself (C++ checks only).
 _RAW_CUDA = (
     "materialize", "fill_current", "remap_locs", "plan_slots", "fill_sources", "build_dense",
-    "layer_step",
+    "layer_step", "shard_plan",
 )  # fmt: skip
 
 
@@ -193,7 +193,7 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
             dense_locs,
         )
 
-    return {
+    ops = {
         "build_inverse": build_inverse,
         "materialize": materialize,
         "fill_current": fill_current,
@@ -204,6 +204,9 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
         "build_dense": build_dense,
         "layer_step": layer_step,
     }
+    if impl == "cuda":  # the shard ops have no Triton kernels (cpkv_runtime.NO_TRITON)
+        ops["shard_plan"] = ns.shard_plan_cuda.default  # the C++ op checks its arguments
+    return ops
 
 
 def _plan_triton(op: Callable[..., object]) -> Callable[..., tuple[torch.Tensor, ...]]:

@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "binding_carve.h"
 #include "binding_util.h"
 
 namespace cpkv {
@@ -41,76 +42,6 @@ int sm_count(c10::DeviceIndex device) {
 // In the order of cpkv_runtime's Layout fields (the plan_slots contract in cpkv_runtime._backend).
 using PlanOutputs = std::tuple<T, T, T, T, T, T, T, T, T, T, T, T>;
 
-// One caching-allocator block shared by several tensors, freed when the last of them is: each
-// tensor has its own storage over its own piece, so no two alias (as an op's outputs must not).
-// Twelve separate allocations would cost the host an allocator round trip each, and their frees.
-// The cost: Tensor.record_stream on these tensors is a silent no-op (the allocator skips storage it
-// did not hand out itself), so a consumer on another stream must order itself with an event.
-struct SharedBlock {
-  c10::DataPtr data;
-  std::atomic<int> refs{1};  // the carver's own reference, dropped when it returns
-};
-
-void release_block(void* ctx) {
-  auto* block = static_cast<SharedBlock*>(ctx);
-  if (block->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete block;
-}
-
-struct Piece {
-  std::vector<int64_t> shape;
-  int64_t reserve;  // int32 elements set aside (>= the shape's; extra room is scratch)
-};
-
-// int32 tensors over one block of the current device, each piece on a 256-byte boundary (as
-// cudaMalloc's). The block comes from the allocator torch uses for CUDA tensors (pluggable ones
-// and CUDA-graph pools included).
-std::vector<T> carve_int32(c10::Device device, const std::vector<Piece>& pieces) {
-  constexpr int64_t kAlign = 256;
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
-  for (const Piece& p : pieces) {
-    offsets.push_back(total);
-    total += (p.reserve * static_cast<int64_t>(sizeof(int32_t)) + kAlign - 1) / kAlign * kAlign;
-  }
-  auto* block = new SharedBlock;
-  block->data = c10::cuda::CUDACachingAllocator::get()->allocate(static_cast<size_t>(std::max<int64_t>(total, 1)));
-  struct Drop {
-    SharedBlock* b;
-    ~Drop() { release_block(b); }
-  } drop{block};
-  char* base = static_cast<char*>(block->data.get());
-  const auto opts = at::TensorOptions().dtype(at::kInt).device(device);
-  std::vector<T> out;
-  out.reserve(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    block->refs.fetch_add(1, std::memory_order_relaxed);
-    out.push_back(at::for_blob(base + offsets[i], pieces[i].shape)
-                      .context(block, release_block)
-                      .target_device(device)
-                      .options(opts)
-                      .make_tensor());
-  }
-  return out;
-}
-
-// The plan's pieces in output order; the inverse's piece holds one more row: the kernel's scratch.
-std::vector<Piece> plan_pieces(int64_t bsz, int64_t width, int64_t num_pages, int64_t max_slots) {
-  return {
-      {{bsz, width}, bsz * width},                // pages
-      {{bsz}, bsz},                               // prefix
-      {{bsz}, bsz},                               // extend
-      {{bsz}, bsz},                               // seq
-      {{bsz}, bsz},                               // pages_used
-      {{bsz, width}, bsz * width},                // slot_table
-      {{max_slots}, max_slots},                   // slot_page
-      {{max_slots}, max_slots},                   // slot_owner
-      {{bsz, num_pages}, (bsz + 1) * num_pages},  // inverse, then the scratch row
-      {{1}, 1},                                   // used_slots
-      {{1}, 1},                                   // status
-      {{3}, 3},                                   // info
-  };
-}
-
 PlanOutputs plan_slots_cuda(const T& req_pages, const T& prefix_lens, const T& extend_lens,
                             int64_t page_size, int64_t num_pages, int64_t max_slots, bool dedup) {
   check_cuda(req_pages, "req_pages", req_pages);
@@ -131,30 +62,12 @@ PlanOutputs plan_slots_cuda(const T& req_pages, const T& prefix_lens, const T& e
   TORCH_CHECK(bsz * width < (int64_t{1} << 31) && max_slots < (int64_t{1} << 31),
               "B * M and max_slots must be < 2^31");
   const c10::cuda::CUDAGuard guard(req_pages.device());
-  const std::vector<T> o = carve_int32(req_pages.device(), plan_pieces(bsz, width, num_pages, max_slots));
-  PlanSlotsArgs a{req_pages.data_ptr(),
-                  req_pages.scalar_type() == at::kLong,
-                  prefix_lens.data_ptr(),
-                  extend_lens.data_ptr(),
-                  prefix_lens.scalar_type() == at::kLong,
-                  bsz,
-                  width,
-                  num_pages,
-                  max_slots,
-                  page_size,
-                  dedup,
-                  o[0].data_ptr<int32_t>(),
-                  o[1].data_ptr<int32_t>(),
-                  o[2].data_ptr<int32_t>(),
-                  o[3].data_ptr<int32_t>(),
-                  o[4].data_ptr<int32_t>(),
-                  o[5].data_ptr<int32_t>(),
-                  o[6].data_ptr<int32_t>(),
-                  o[7].data_ptr<int32_t>(),
-                  o[8].data_ptr<int32_t>(),
-                  o[9].data_ptr<int32_t>(),
-                  o[10].data_ptr<int32_t>(),
-                  o[11].data_ptr<int32_t>()};
+  const Carved c = carve_some(req_pages.device(), plan_pieces(bsz, width, num_pages, max_slots), {});
+  const std::vector<T>& o = c.tensor;
+  const PlanSlotsArgs a = plan_args(req_pages.data_ptr(), req_pages.scalar_type() == at::kLong,
+                                    prefix_lens.data_ptr(), extend_lens.data_ptr(),
+                                    prefix_lens.scalar_type() == at::kLong, bsz, width, num_pages,
+                                    max_slots, page_size, dedup, c.at);
   C10_CUDA_CHECK(launch_plan_slots(a, c10::cuda::getCurrentCUDAStream()));
   return {o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11]};
 }

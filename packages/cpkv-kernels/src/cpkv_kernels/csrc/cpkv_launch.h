@@ -131,6 +131,50 @@ struct BuildDenseArgs {
   int sm_count;  // the grid is one wave of blocks that loop (the row count lives on the device)
 };
 
+// shard_plan (binding_shard.cpp): plan_slots' passes over pages read from req_to_token, then the
+// order in which a page-interleaved sharded pool gathers the slots. Contract:
+// cpkv_runtime._backend. The host's numbers (prefix, extend, ext_start, kept: 3B + 1 + K int64)
+// travel inline in the first kernel's parameters when they fit, else by one copy to `staged`.
+constexpr int kShardInline = 240;  // 1,928 bytes of parameters
+struct ShardInline {
+  int64_t v[kShardInline];
+};
+
+struct ShardPlanArgs {
+  PlanSlotsArgs plan;        // req_pages = plan.pages (written by the first kernel), int64 lens
+  const void* req_to_token;  // (rows, cols) int32 or int64 token locations
+  bool r2t_is_64;
+  int64_t r2t_rows;
+  int64_t r2t_cols;
+  const void* req_pool_indices;  // (B,) int32 or int64
+  bool rpi_is_64;
+  int64_t num_kept;      // K
+  bool inline_host;      // the host numbers are in ShardInline (else already in staged)
+  int64_t* staged;       // (3B + 1 + K,) int64: prefix, extend, ext_start, kept
+  int64_t* ext_start;    // (B + 1,), written
+  int64_t* rows;         // (B,), written: 0 .. B - 1
+  int64_t* kept;         // (K,), written
+  int64_t shard_size;    // N <= kMaxShards
+  int32_t* gathered;     // (S,) workspace
+  int32_t* order;        // (S,), written
+  int32_t* spos;         // (S,), written
+  int32_t* host;         // (3 + N,), written: status, used slots, g_0 .. g_{N-1}, block
+  // The placement (pass "place", after the order; block is the largest g_r - g_{r-1}).
+  const void* loc;  // (T,) int32 or int64 current-token locations
+  bool loc_is_64;
+  int64_t num_tokens;
+  int64_t shard_rank;
+  int64_t write_base;
+  int64_t trash_page;
+  int64_t* slot_scratch;  // (S + 1,), written
+  int32_t* send_pages;    // (S,), written: this rank's run, then 0
+  int64_t* token_req;     // (T,), written
+  int64_t* cur_rows;      // (T,), written
+  int64_t* local_rows;    // (T,), written
+};
+
+constexpr int64_t kMaxShards = 64;
+
 cudaError_t launch_build_inverse(const BuildInverseArgs& a, cudaStream_t stream);
 cudaError_t launch_materialize(const MaterializeArgs& a, cudaStream_t stream);
 cudaError_t launch_fill_current(const FillCurrentArgs& a, cudaStream_t stream);
@@ -139,6 +183,8 @@ cudaError_t launch_current_page_mask(const PageMaskArgs& a, cudaStream_t stream)
 cudaError_t launch_plan_slots(const PlanSlotsArgs& a, cudaStream_t stream);
 cudaError_t launch_fill_sources(const FillSourcesArgs& a, cudaStream_t stream);
 cudaError_t launch_build_dense(const BuildDenseArgs& a, cudaStream_t stream);
+cudaError_t launch_shard_plan(const ShardPlanArgs& a, const ShardInline& host_numbers,
+                              cudaStream_t stream);
 
 // Widest power-of-two word (<= 16 bytes) dividing every value (byte widths, strides, addresses).
 inline int word_bytes(std::initializer_list<uint64_t> values) {

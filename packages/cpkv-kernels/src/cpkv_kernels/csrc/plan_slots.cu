@@ -15,184 +15,25 @@
 // the slot of their page's first use (always in this tile or an earlier one) and every used
 // pair writes the inverse; pass 3 pads the unused slots. Cells other threads of the block wrote
 // are read with __ldcg (L2, not L1).
-#include "cpkv_common.cuh"
-#include "cpkv_launch.h"
+#include "plan_slots.cuh"
 
 namespace cpkv {
 namespace {
 
-constexpr int kPairThreads = 256;  // plan_pairs: one pair per thread
-constexpr int kPlanThreads = 1024;  // plan_number: the one block
-constexpr int kPlanItems = 4;       // consecutive pairs per thread in the numbering pass
-constexpr int kWarps = kPlanThreads / 32;
+using namespace plan_detail;
 
-// Status bits (the contract in cpkv_runtime._backend).
-constexpr int kNegative = 1, kTooLong = 2, kBadPage = 4, kDuplicate = 8, kCapacity = 16;
-
-__device__ __forceinline__ int64_t floordiv(int64_t a, int64_t d) {  // d > 0
-  const int64_t q = a / d;
-  return (a < 0 && q * d != a) ? q - 1 : q;
-}
-
-template <typename T>
-__device__ __forceinline__ int64_t load_index(const void* p, int64_t i) {
-  return static_cast<int64_t>(__ldg(static_cast<const T*>(p) + i));
-}
-
-struct Pair {
-  bool used, valid, written;
-  int64_t b, page;
-};
-
-template <typename PageT, typename LenT>
-__device__ __forceinline__ Pair load_pair(const PlanSlotsArgs& a, int64_t f) {
-  Pair p;
-  p.b = f / a.width;
-  const int64_t j = f - p.b * a.width;
-  p.page = load_index<PageT>(a.req_pages, f);
-  const int64_t prefix = load_index<LenT>(a.prefix_lens, p.b);
-  const int64_t extend = load_index<LenT>(a.extend_lens, p.b);
-  p.used = j < floordiv(prefix + extend + a.page_size - 1, a.page_size);
-  p.valid = p.used && p.page >= 0 && p.page < a.num_pages;
-  p.written = p.used && extend > 0 && j >= floordiv(prefix, a.page_size);
-  return p;
-}
-
-// Exclusive prefix sum of one int per thread over the block; *total gets the block's sum.
-__device__ __forceinline__ int block_exclusive_sum(int v, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  if (lane == 31) warp_sums[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    int w = lane < kWarps ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, d);
-      if (lane >= d) w += y;
-    }
-    if (lane < kWarps) warp_sums[lane] = w;
-  }
-  __syncthreads();
-  const int prefix = (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
-  *total = warp_sums[kWarps - 1];
-  __syncthreads();  // warp_sums is reused by the next call
-  return prefix;
-}
-
-// Pass 1, one pair per thread: `pages`, use counts (duplicates), first read-only uses, and the
-// pair's status bits in its slot_table cell (plan_number overwrites it with the slot).
+// Pass 1, one pair per thread.
 template <typename PageT, typename LenT, bool kDedup>
 __global__ void __launch_bounds__(kPairThreads) plan_pairs_kernel(PlanSlotsArgs a) {
-  const int64_t pairs = a.num_reqs * a.width;
   const int64_t f = static_cast<int64_t>(blockIdx.x) * kPairThreads + threadIdx.x;
-  if (f >= pairs) return;
-  const Pair p = load_pair<PageT, LenT>(a, f);
-  a.pages[f] = p.used ? static_cast<int32_t>(p.page) : -1;
-  int32_t bits = p.used && !p.valid ? kBadPage : 0;
-  if (p.valid) {
-    if (atomicAdd(a.inverse + p.b * a.num_pages + p.page, 1) >= 0) {
-      bits |= kDuplicate;  // the cell started at -1: an earlier use was counted
-    }
-    if (kDedup && !p.written) {
-      int32_t* scratch = a.inverse + a.num_reqs * a.num_pages;
-      atomicMax(scratch + p.page, static_cast<int32_t>(pairs - f));
-    }
-  }
-  a.slot_table[f] = bits;
+  if (f >= a.num_reqs * a.width) return;
+  count_pair<kDedup>(a, f, load_pair<PageT, LenT>(a, f));
 }
 
 // Passes 0, 2 and 3 in one block, after plan_pairs (same stream).
 template <typename PageT, typename LenT, bool kDedup>
 __global__ void __launch_bounds__(kPlanThreads) plan_number_kernel(PlanSlotsArgs a) {
-  __shared__ int warp_sums[kWarps];
-  __shared__ int status;
-  __shared__ unsigned long long tokens;
-  if (threadIdx.x == 0) status = 0, tokens = 0;
-  __syncthreads();
-  const int64_t bsz = a.num_reqs, pairs = a.num_reqs * a.width, S = a.max_slots;
-  const int32_t* scratch = a.inverse + bsz * a.num_pages;
-
-  for (int64_t b = threadIdx.x; b < bsz; b += kPlanThreads) {  // pass 0: lengths
-    const int64_t prefix = load_index<LenT>(a.prefix_lens, b);
-    const int64_t extend = load_index<LenT>(a.extend_lens, b);
-    const int64_t seq = prefix + extend, used = floordiv(seq + a.page_size - 1, a.page_size);
-    a.prefix[b] = static_cast<int32_t>(prefix);
-    a.extend[b] = static_cast<int32_t>(extend);
-    a.seq[b] = static_cast<int32_t>(seq);
-    a.pages_used[b] = static_cast<int32_t>(used);
-    if (prefix < 0 || extend < 0) atomicOr(&status, kNegative);
-    if (used > a.width) atomicOr(&status, kTooLong);
-    atomicAdd(&tokens, static_cast<unsigned long long>(extend));  // wraps like int64 addition
-  }
-  constexpr int64_t kTile = static_cast<int64_t>(kPlanThreads) * kPlanItems;
-
-  int64_t carry = 0;  // pass 2: slots in scan order, then shared slots and the inverse
-  for (int64_t t0 = 0; t0 < pairs; t0 += kTile) {
-    const int64_t f0 = t0 + static_cast<int64_t>(threadIdx.x) * kPlanItems;  // blocked items
-    Pair p[kPlanItems];
-    bool opens[kPlanItems];
-    int64_t first[kPlanItems];
-    int32_t slot[kPlanItems];
-    int count = 0;
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      opens[u] = false;
-      first[u] = f0 + u;
-      const int64_t f = f0 + u;
-      if (f >= pairs) continue;
-      p[u] = load_pair<PageT, LenT>(a, f);
-      const int32_t bits = __ldcg(a.slot_table + f);  // plan_pairs' status bits for this pair
-      if (bits != 0) atomicOr(&status, bits);
-      if (!p[u].valid) continue;
-      if (kDedup && !p[u].written) first[u] = pairs - __ldcg(scratch + p[u].page);
-      opens[u] = first[u] == f;  // written pairs (and all pairs without dedup) open their own
-      count += opens[u];
-    }
-    int tile_total = 0;
-    int64_t next = carry + block_exclusive_sum(count, warp_sums, &tile_total);
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      if (!opens[u]) continue;
-      const bool fits = next < S;
-      slot[u] = fits ? static_cast<int32_t>(next) : -1;
-      a.slot_table[f0 + u] = slot[u];
-      if (fits) {
-        a.slot_page[next] = static_cast<int32_t>(p[u].page);
-        a.slot_owner[next] = p[u].written ? static_cast<int32_t>(p[u].b) : -1;
-      }
-      ++next;
-    }
-    __syncthreads();  // this tile's opening slots are visible to the read-only pairs that share
-#pragma unroll
-    for (int u = 0; u < kPlanItems; ++u) {
-      const int64_t f = f0 + u;
-      if (f >= pairs) continue;
-      if (!opens[u]) {  // a pair that shares a slot (first < f, opened already), or is unused
-        slot[u] = p[u].valid ? __ldcg(a.slot_table + first[u]) : -1;
-        a.slot_table[f] = slot[u];
-      }
-      if (p[u].valid) a.inverse[p[u].b * a.num_pages + p[u].page] = slot[u];
-    }
-    carry += tile_total;
-  }
-  for (int64_t s = carry + threadIdx.x; s < S; s += kPlanThreads) {  // pass 3: padding slots
-    a.slot_page[s] = -1;
-    a.slot_owner[s] = -1;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int32_t used = static_cast<int32_t>(carry);
-    const int32_t bits = status | (carry > S ? kCapacity : 0);
-    a.used_slots[0] = a.info[0] = used;
-    a.status[0] = a.info[1] = bits;
-    a.info[2] = static_cast<int32_t>(static_cast<int64_t>(tokens));
-  }
+  number_slots<PageT, LenT, kDedup>(a);
 }
 
 template <typename PageT, typename LenT, bool kDedup>
