@@ -90,9 +90,13 @@ class RankLayer:
         self.num_mine = len(range(rank, t, cp))
         used = int((inp.req_pages >= 0).sum())
         geo = ScratchGeometry(p, cp, rank, gather_pages=cp * used, write_pages=used)
+        bsz, width = inp.req_pages.shape
+        # SGLang's req_to_token for these pages: position j * P + o at location page * P + o
+        offsets = torch.arange(p, device=device)
+        req_to_token = (inp.req_pages.long().unsqueeze(2) * p + offsets).view(bsz, width * p)
         self.plan = plan_forward(
-            inp.req_pages, inp.prefix.tolist(), (inp.prefix + inp.extend).tolist(),
-            inp.loc.long(), geo, inp.num_pages,
+            req_to_token, torch.arange(bsz, device=device), inp.prefix.tolist(),
+            (inp.prefix + inp.extend).tolist(), inp.loc.long(), geo, inp.num_pages,
         )  # fmt: skip
         pl = self.plan.placement
         self.block = pl.block

@@ -102,10 +102,15 @@ class Clock:
             torch.cuda.synchronize()
 
 
-def wall_times(fn: Callable[[], object], *, reps: int = 20, sync: bool = True) -> Times:
-    """Host wall time of ``fn`` in us; with ``sync`` each sample waits for the GPU to finish."""
+def wall_times(
+    fn: Callable[[], object], *, reps: int = 20, sync: bool = True, warmup: int = 1
+) -> Times:
+    """Host wall time of ``fn`` in us; with ``sync`` each sample waits for the GPU to finish.
+    ``warmup`` untimed calls first (Python's specialising interpreter and the allocators settle
+    over a few calls: the first case of a run otherwise pays for it)."""
     cuda = torch.cuda.is_available()
-    fn()
+    for _ in range(warmup):
+        fn()
     samples = []
     for _ in range(reps):
         if cuda:

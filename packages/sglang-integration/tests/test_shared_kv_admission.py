@@ -19,7 +19,6 @@ from sglang_cpkv.shared_kv import (
     ScratchCapacityError,
     ScratchGeometry,
     plan_forward,
-    request_pages,
 )
 
 pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
@@ -57,7 +56,7 @@ def _plan(reqs: list[Req], n: int, gather_pages: int, write_pages: int):
     idx = torch.arange(len(reqs))
     for rank in range(n):
         plan_forward(
-            request_pages(r2t, idx, batch.seq, P), batch.prefix, batch.seq,
+            r2t, idx, batch.prefix, batch.seq,
             batch.out_cache_loc(), ScratchGeometry(P, n, rank, gather_pages, write_pages),
             n * (batch.local_pages + 1),
         )  # fmt: skip

@@ -8,9 +8,10 @@ copy's bare launcher (``shared_kv.pack_launcher``) into this rank's all-gather b
 ranks' blocks (one device copy here: one GPU has no peers), the two stores of the current rows
 at precomputed rows (``index_copy_``: SGLang's own store kernel in the pool), and the reads
 through the page table translated once per forward. The whole per-forward plan
-(``request_pages``, ``current_locs``, ``plan_forward``) syncs with the host exactly once (its
-one read), and the per-layer lookups of the pool never (``torch.cuda.set_sync_debug_mode``;
-``test_shared_kv_syncs.py`` shows the same on CPU with meta tensors).
+(``current_locs``, ``plan_forward``) syncs with the host exactly once (its one read), its
+CUDA ops equal the torch reference's, and the per-layer lookups of the pool never
+(``torch.cuda.set_sync_debug_mode``; ``test_shared_kv_syncs.py`` shows the same on CPU with meta
+tensors).
 
 Run on the H200: ``uv run --frozen pytest packages/sglang-integration/tests/test_shared_kv_gpu.py
 -q -m gpu``.
@@ -27,10 +28,11 @@ from _skv_shapes import P, Req, place
 from sglang_cpkv.shared_kv import (
     ScratchGeometry,
     current_locs,
+    draft_forward,
+    finish_forward,
     pack_launcher,
-    place_slots,
     plan_forward,
-    request_pages,
+    shard_ops,
 )
 
 pytestmark = [
@@ -51,9 +53,8 @@ def setup():
     r2t = batch.req_to_token().to(CUDA)
     idx = torch.arange(len(batch.pages), device=CUDA)
     plan = plan_forward(
-        request_pages(r2t, idx, batch.seq, P), batch.prefix, batch.seq,
-        batch.out_cache_loc().to(CUDA), geo, N * local_pages,
-    )  # fmt: skip
+        r2t, idx, batch.prefix, batch.seq, batch.out_cache_loc().to(CUDA), geo, N * local_pages
+    )
     table = plan.translate(r2t[:, : max(batch.seq)])
     block = plan.placement.block
 
@@ -186,11 +187,43 @@ def test_sync_counter_sees_one_read():
     assert len(_syncs_in(lambda: (t.sum().item(), t.tolist()))) == 2
 
 
-def test_placement_syncs_once(setup):
-    """place_slots (the per-forward placement) reads its host numbers back: one host sync."""
-    _, geo, plan, _, _ = setup
-    syncs = _syncs_in(lambda: place_slots(plan.placement.layout, [65536] * 8, geo))
-    assert len(syncs) == 1, syncs
+def test_plan_halves_do_not_sync(setup):
+    """The two halves of the plan around its one read (the ``shard_plan`` op and what surrounds
+    it; the checks after the read) never sync."""
+    batch, geo, _, _, _ = setup
+    r2t = batch.req_to_token().to(CUDA)
+    idx = torch.arange(len(batch.pages), device=CUDA)
+    oc = batch.out_cache_loc().to(CUDA)
+    args = (r2t, idx, batch.prefix, batch.extend, oc, geo, N * (batch.local_pages + 1))
+    draft = draft_forward(*args)  # warm
+    numbers = draft.outputs[0].tolist()
+    holder = []
+    assert _syncs_in(lambda: holder.append(draft_forward(*args))) == []
+    assert _syncs_in(lambda: finish_forward(holder[0], numbers, geo)) == []
+
+
+@pytest.mark.parametrize("kept", [None, [0, 2, 5]])
+def test_cuda_plan_equals_the_torch_plan(setup, kept):
+    """The plan on the CUDA kernels equals the plan on ``cpkv_runtime``'s torch reference,
+    tensor for tensor, at the production shape."""
+    batch, geo, _, _, _ = setup
+    r2t = batch.req_to_token().to(CUDA)
+    idx = torch.arange(len(batch.pages), device=CUDA)
+    args = (r2t, idx, batch.prefix, batch.seq, batch.out_cache_loc().to(CUDA), geo,
+            N * (batch.local_pages + 1))  # fmt: skip
+    got = plan_forward(*args, kept_rows=kept, ops=shard_ops(CUDA, "cuda"))
+    want = plan_forward(*args, kept_rows=kept, ops=shard_ops(CUDA, "torch"))
+    for name in ("token_req", "cur_rows", "local_rows"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    gp, wp = got.placement, want.placement
+    assert (gp.block, gp.owned, gp.num_fresh) == (wp.block, wp.owned, wp.num_fresh)
+    assert torch.equal(gp.slot_scratch, wp.slot_scratch)
+    assert torch.equal(gp.send_pages, wp.send_pages)
+    for field in ("req_pages", "slot_table", "slot_page", "slot_owner", "inverse"):
+        assert torch.equal(getattr(gp.layout, field), getattr(wp.layout, field)), field
+    assert got.row_req.keys() == want.row_req.keys()
+    for n, rows in got.row_req.items():
+        assert torch.equal(rows, want.row_req[n]), n
 
 
 def test_forward_plan_syncs_once(setup):
@@ -202,12 +235,11 @@ def test_forward_plan_syncs_once(setup):
 
     def forward_plan():
         oc = current_locs(r2t, idx, batch.prefix, batch.seq)
-        pages = request_pages(r2t, idx, batch.seq, P)
-        return plan_forward(pages, batch.prefix, batch.seq, oc, geo, N * (batch.local_pages + 1))
+        return plan_forward(r2t, idx, batch.prefix, batch.seq, oc, geo, N * (batch.local_pages + 1))
 
     want = forward_plan()  # first call compiles and resolves the kernels
     syncs = _syncs_in(forward_plan)
-    assert len(syncs) == 1, syncs  # the read of host_numbers, nothing else
+    assert len(syncs) == 1, syncs  # the read of the host numbers, nothing else
     got = forward_plan()
     assert torch.equal(got.cur_rows, want.cur_rows)
     assert torch.equal(got.placement.slot_scratch, want.placement.slot_scratch)

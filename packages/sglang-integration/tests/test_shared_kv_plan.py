@@ -20,7 +20,6 @@ from sglang_cpkv.shared_kv import (
     TranslationError,
     interleave_kept_rows,
     plan_forward,
-    request_pages,
 )
 
 DIM = 6
@@ -50,7 +49,8 @@ def simulate(batch: Batch, geometries: list[ScratchGeometry] | None = None):
     idx = torch.arange(len(batch.pages))
     plans = [
         plan_forward(
-            request_pages(r2t, idx, batch.seq, P),
+            r2t,
+            idx,
             batch.prefix,
             batch.seq,
             batch.out_cache_loc(),
@@ -112,7 +112,7 @@ def test_slots_and_regions(name, cp):
     plans, _, _ = simulate(batch)
     placement = plans[0].placement
     layout, geo = placement.layout, _geometry(batch, 0)
-    pages = placement.slot_scratch[:-1]
+    pages = placement.slot_scratch[: layout.num_slots]
     assert pages.unique().numel() == pages.numel()
     gathered = pages < geo.write_base
     assert int(gathered.sum()) == placement.num_gathered
@@ -185,6 +185,6 @@ def test_stores_wait_for_the_gather_only_when_a_slot_is_both(name, expected):
     assert plans[0].stage_after_gather is expected
     placement = plans[0].placement
     written_gathered = (placement.layout.slot_owner >= 0) & (
-        placement.slot_scratch[:-1] < 2 * placement.block
+        placement.slot_scratch[: placement.layout.num_slots] < 2 * placement.block
     )
     assert bool(written_gathered.any()) is expected

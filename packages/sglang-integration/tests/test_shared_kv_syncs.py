@@ -12,8 +12,8 @@ shows the mechanism fails on each kind of read. What meta cannot see is a *block
 (host to device): the plan's uploads are non-blocking, and the GPU test
 (``test_shared_kv_gpu.py``) counts every sync of the plan under ``torch.cuda.set_sync_debug_mode``.
 
-The plan is split around its one read (``draft_forward``, ``.tolist()`` of the draft's
-``host_numbers``, ``finish_forward``), so both halves run here on meta; ``plan_forward`` itself,
+The plan is split around its one read (``draft_forward``, ``.tolist()`` of the draft's host
+numbers, ``finish_forward``), so both halves run here on meta; ``plan_forward`` itself,
 run on meta, stops at that one line. The per-layer lookups (what ``CpkvSharedKVPool``'s
 ``translate_loc_to_scratch``, ``_translate_loc_cached``, ``cpkv_persist_rows``, the indexer's
 ``_scratch_pages``/``write_targets`` and the ``_prefetch_layer`` pack call) then run on the plan
@@ -38,9 +38,7 @@ from sglang_cpkv.shared_kv import (
     finish_forward,
     interleave_kept_rows,
     pack_launcher,
-    place_slots,
     plan_forward,
-    request_pages,
 )
 from sglang_cpkv.shared_kv import _forward as forward_module
 
@@ -63,19 +61,24 @@ def _num_pages(batch: Batch) -> int:
     return batch.shard_size * (batch.local_pages + 1)
 
 
+def _pages(batch: Batch) -> torch.Tensor:
+    """(B, M) each request's logical pages, -1 past them, from the batch description."""
+    width = max(len(p) for p in batch.pages)
+    return torch.tensor([[*p, *[-1] * (width - len(p))] for p in batch.pages], dtype=torch.int32)
+
+
 def _plan_on(device: torch.device, batch: Batch, rank: int, host_numbers=None):
     """The pool's per-forward path (``CpkvSharedKVPool._begin`` without ``out_cache_loc``):
-    ``current_locs``, ``request_pages``, the draft; then the finish from ``host_numbers`` (read
-    here from the draft when None)."""
+    ``current_locs``, the draft; then the finish from ``host_numbers`` (read here from the
+    draft when None)."""
     r2t = batch.req_to_token().to(device)
     idx = torch.arange(len(batch.pages)).to(device)
     oc = current_locs(r2t, idx, batch.prefix, batch.seq)
-    pages = request_pages(r2t, idx, batch.seq, P)
     geo = _geometry(batch, rank)
-    draft = draft_forward(pages, batch.prefix, batch.extend, oc, geo, _num_pages(batch),
+    draft = draft_forward(r2t, idx, batch.prefix, batch.extend, oc, geo, _num_pages(batch),
                           _kept(batch, rank))  # fmt: skip
     if host_numbers is None:
-        host_numbers = draft.slots.host_numbers.tolist()
+        host_numbers = draft.outputs[0].tolist()
     return draft, finish_forward(draft, host_numbers, geo), r2t
 
 
@@ -123,10 +126,10 @@ def test_plan_reads_the_device_once(name, cp):
     batch = place(name, SHAPES[name], cp)
     for rank in range(cp):
         cpu_draft, cpu_plan, _ = _plan_on(torch.device("cpu"), batch, rank)
-        numbers = cpu_draft.slots.host_numbers.tolist()
-        assert len(numbers) == 2 + cp  # status, used slots, one count per rank: one transfer
+        numbers = cpu_draft.outputs[0].tolist()
+        assert len(numbers) == 3 + cp  # status, used slots, a count per rank, block: one read
         meta_draft, meta_plan, _ = _plan_on(META, batch, rank, numbers)  # no read in either half
-        assert meta_draft.slots.host_numbers.shape == (2 + cp,)
+        assert meta_draft.outputs[0].shape == (3 + cp,)
         _same_shapes(_tensors(meta_plan), _tensors(cpu_plan))
         assert meta_plan.placement.block == cpu_plan.placement.block
         assert meta_plan.stage_after_gather is cpu_plan.stage_after_gather
@@ -136,13 +139,12 @@ def test_whole_plan_on_meta_stops_at_its_one_read():
     batch = place("two", SHAPES["two_prefix_chains"], 2)
     r2t = batch.req_to_token().to(META)
     idx = torch.arange(len(batch.pages), device=META)
-    pages = request_pages(r2t, idx, batch.seq, P)
     oc = current_locs(r2t, idx, batch.prefix, batch.seq)
     with pytest.raises(NotImplementedError, match="meta") as info:
-        plan_forward(pages, batch.prefix, batch.seq, oc, _geometry(batch, 0), _num_pages(batch))
+        plan_forward(r2t, idx, batch.prefix, batch.seq, oc, _geometry(batch, 0), _num_pages(batch))
     frames = [f for f in traceback.extract_tb(info.tb) if f.filename == forward_module.__file__]
     assert [f.name for f in frames] == ["plan_forward"]
-    assert "host_numbers.tolist()" in frames[-1].line
+    assert "outputs[0].tolist()" in frames[-1].line
 
 
 @pytest.mark.parametrize("cp", [2, 4])
@@ -153,7 +155,7 @@ def test_per_layer_lookups_read_nothing(name, cp):
     width = max(batch.seq)
     for rank in range(cp):
         cpu_draft, cpu_plan, cpu_r2t = _plan_on(torch.device("cpu"), batch, rank)
-        _, plan, r2t = _plan_on(META, batch, rank, cpu_draft.slots.host_numbers.tolist())
+        _, plan, r2t = _plan_on(META, batch, rank, cpu_draft.outputs[0].tolist())
         geo = _geometry(batch, rank)
         row_sets = [list(range(len(batch.pages)))]
         if (kept := _kept(batch, rank)) is not None:
@@ -184,9 +186,8 @@ def test_per_layer_lookups_read_nothing(name, cp):
 def test_the_static_plan_keeps_plan_layouts_slots(name):
     """The placed layout is ``cpkv_runtime.plan_layout``'s for the batch, tensor for tensor."""
     batch = place(name, SHAPES[name], 2)
-    _, plan, r2t = _plan_on(torch.device("cpu"), batch, 0)
-    pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
-    want = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+    _, plan, _ = _plan_on(torch.device("cpu"), batch, 0)
+    want = cr.plan_layout(_pages(batch), batch.prefix, batch.extend, P, _num_pages(batch))
     got = plan.placement.layout
     assert not got.padded and got.num_tokens == want.num_tokens
     for field in ("req_pages", "prefix_lens", "extend_lens", "seq_lens", "pages_used",
@@ -194,29 +195,14 @@ def test_the_static_plan_keeps_plan_layouts_slots(name):
         assert torch.equal(getattr(got, field), getattr(want, field)), field
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_placing_plan_layouts_layout_gives_the_same_placement(name, cp):
-    """``place_slots`` on an exact ``plan_layout`` layout (no padding, no status) places every
-    slot where the forward plan (static layout) does."""
-    batch = place(name, SHAPES[name], cp)
-    for rank in range(cp):
-        _, plan, r2t = _plan_on(torch.device("cpu"), batch, rank)
-        pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
-        layout = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
-        got = place_slots(layout, batch.prefix, _geometry(batch, rank))
-        want = plan.placement
-        assert (got.block, got.owned, got.num_fresh) == (want.block, want.owned, want.num_fresh)
-        assert torch.equal(got.slot_scratch, want.slot_scratch)
-        assert torch.equal(got.send_pages, want.send_pages)
-
-
-def _page_twice(pages: torch.Tensor) -> None:
+def _page_twice(pages: torch.Tensor, r2t: torch.Tensor) -> None:
     pages[1, 1] = pages[1, 0]
+    r2t[1, P : 2 * P] = r2t[1, :P]  # request 1's second page is its first page again
 
 
-def _page_outside(pages: torch.Tensor) -> None:
+def _page_outside(pages: torch.Tensor, r2t: torch.Tensor) -> None:
     pages[0, 1] = 10**6
+    r2t[0, P : 2 * P] = 10**6 * P + torch.arange(P, dtype=r2t.dtype)
 
 
 @pytest.mark.parametrize(
@@ -225,27 +211,24 @@ def _page_outside(pages: torch.Tensor) -> None:
 def test_bad_pages_raise_plan_layouts_error(spoil, what):
     """Invalid pages surface at the plan's one read, with ``plan_layout``'s own message."""
     batch = place("bad", [Req("A", 3 * P, 5), Req("B", 2 * P, 70)], 2)
-    pages = request_pages(batch.req_to_token(), torch.arange(2), batch.seq, P)
-    spoil(pages)
+    pages, r2t = _pages(batch), batch.req_to_token()
+    spoil(pages, r2t)
     with pytest.raises(cr.LayoutError) as want:
         cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
     assert what in str(want.value)
     with pytest.raises(cr.LayoutError) as got:
-        plan_forward(pages, batch.prefix, batch.seq, batch.out_cache_loc(),
+        plan_forward(r2t, torch.arange(2), batch.prefix, batch.seq, batch.out_cache_loc(),
                      _geometry(batch, 0), _num_pages(batch))  # fmt: skip
     assert str(got.value) == str(want.value)
 
 
-def test_negative_lengths_raise_plan_layouts_error():
+def test_negative_lengths_are_refused_before_any_device_work():
     batch = place("neg", [Req("A", 2 * P, 5), Req("B", P, 3)], 2)
-    pages = request_pages(batch.req_to_token(), torch.arange(2), batch.seq, P)
-    with pytest.raises(cr.LayoutError) as want:
-        cr.plan_layout(pages, [2 * P, P], [5, -3], P, _num_pages(batch))
     oc = batch.out_cache_loc()[:2]
-    with pytest.raises(cr.LayoutError) as got:
-        plan_forward(pages, [2 * P, P], [2 * P + 5, P - 3], oc, _geometry(batch, 0),
-                     _num_pages(batch))  # fmt: skip
-    assert str(got.value) == str(want.value)
+    r2t = batch.req_to_token().to(META)  # any device work on it would fail on its first read
+    with pytest.raises(cr.LayoutError, match=r"negative lengths.*\[5, -3\].*fix"):
+        plan_forward(r2t, torch.arange(2, device=META), [2 * P, P], [2 * P + 5, P - 3], oc,
+                     _geometry(batch, 0), _num_pages(batch))  # fmt: skip
 
 
 @st.composite
@@ -266,10 +249,9 @@ def _batches(draw):
 @given(case=_batches())
 def test_random_plans_read_once_and_keep_plan_layouts_slots(case):
     batch, rank = case
-    cpu_draft, cpu_plan, r2t = _plan_on(torch.device("cpu"), batch, rank)
-    _, meta_plan, _ = _plan_on(META, batch, rank, cpu_draft.slots.host_numbers.tolist())
+    cpu_draft, cpu_plan, _ = _plan_on(torch.device("cpu"), batch, rank)
+    _, meta_plan, _ = _plan_on(META, batch, rank, cpu_draft.outputs[0].tolist())
     _same_shapes(_tensors(meta_plan), _tensors(cpu_plan))
-    pages = request_pages(r2t, torch.arange(len(batch.pages)), batch.seq, P)
-    want = cr.plan_layout(pages, batch.prefix, batch.extend, P, _num_pages(batch))
+    want = cr.plan_layout(_pages(batch), batch.prefix, batch.extend, P, _num_pages(batch))
     assert torch.equal(cpu_plan.placement.layout.slot_page, want.slot_page)
     assert torch.equal(cpu_plan.placement.layout.inverse, want.inverse)

@@ -2,8 +2,8 @@
 
 ``cpkv-serve --cpkv-shared-kv`` turns on SGLang's ``--enable-kv-cache-sharding`` with
 ``CpkvSharedKVPool`` (``shared_kv._pool``, imported only when the plugin installs it: it imports
-SGLang), whose per-forward scratch plan is a ``cpkv_runtime`` static layout, read back to the
-host once per forward (``plan_forward``) and never per layer. The design note is
+SGLang), whose per-forward scratch plan comes from ``cpkv_runtime``'s ``shard_plan`` op, read
+back to the host once per forward (``plan_forward``) and never per layer. The design note is
 ``docs/shared-kv.md`` in this package.
 
 Importing this package imports neither sglang nor torch: the names below load on first use
@@ -20,16 +20,14 @@ _HOME = {
     "ScratchGeometry": "_plan",
     "ScratchPlacement": "_plan",
     "ForwardScratch": "_forward",
-    "place_slots": "_plan",
     "plan_forward": "_forward",
+    "ShardOps": "_forward",
+    "shard_ops": "_forward",
     # Plan halves around its one host read
     "ForwardDraft": "_forward",
-    "SlotOrder": "_plan",
     "draft_forward": "_forward",
     "finish_forward": "_forward",
-    "order_slots": "_plan",
-    "assign_slots": "_plan",
-    "request_pages": "_plan",
+    # Helpers around the plan
     "current_locs": "_plan",
     "to_scratch": "_plan",
     "owned_local_rows": "_plan",

@@ -1,13 +1,15 @@
 """One forward's scratch plan, and every lookup the per-layer path makes through it.
 
-:func:`plan_forward` runs once per forward (attention-metadata time): it plans the
-``cpkv_runtime`` static layout, places its slots (:mod:`._plan`) and precomputes, on the device,
-the scratch row of every current token and the local pool row it persists to. It reads the
-device once: :func:`draft_forward` (device work) and :func:`finish_forward` (device work) are
-split around one ``.tolist()`` of a (2 + N,) tensor (the layout's status and slot count, each
-rank's gathered slots), which also carries the input and capacity checks. The lookups below are
-what SGLang's pool methods call per layer; they use only tensors of the plan (no host sync), and
-each distinct table is translated once per forward.
+:func:`plan_forward` runs once per forward (attention-metadata time): ``cpkv_runtime``'s
+``shard_plan`` op reads the batch's pages from ``req_to_token``, plans their static layout,
+orders the slots for the gather, sizes the all-gather's block, gives every slot its scratch page
+and precomputes this rank's send list, the scratch row of every current token and the local pool
+row it persists to, all on the device (one dispatcher trip, four launches on a GPU); then one
+``.tolist()`` of its (3 + N,) host numbers (the layout's status and slot count, where each
+rank's run of gathered slots ends, the block) carries the input and capacity checks and sizes
+the all-gather on the host. The lookups below are what SGLang's pool methods call per layer;
+they use only tensors of the plan (no host sync), and each distinct table is translated once
+per forward.
 
 Which request a row belongs to:
 
@@ -19,31 +21,31 @@ Which request a row belongs to:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import cpkv_runtime as cr
 import torch
 
 from sglang_cpkv.shared_kv._plan import (
+    ScratchCapacityError,
     ScratchGeometry,
     ScratchPlacement,
-    SlotOrder,
-    assign_slots,
-    order_slots,
     owned_local_rows,
-    owned_rows,
     to_scratch,
-    upload_ints,
 )
 
 __all__ = [
     "ForwardDraft",
     "ForwardScratch",
+    "ShardOps",
     "TranslationError",
     "draft_forward",
     "finish_forward",
     "plan_forward",
+    "shard_ops",
 ]
 
 
@@ -62,6 +64,8 @@ class ForwardScratch:
         cur_rows: (T,) int64 scratch row of each current token (its request's private slot).
         local_rows: (T,) int64 local pool row each token persists to (page 0 when not owned).
         row_req: number of rows -> (R,) int64 request of each row of a 2-D table.
+        remap: ``cpkv_runtime``'s ``remap_locs`` op (pool locations -> dense locations through
+            the per-request inverse), resolved with the plan's ops.
         stage_after_gather: some page holds history *and* current rows of one request (a prefix
             that ends mid-page), so its private slot is both gathered and staged: the stores of
             a layer must wait for that layer's gather (otherwise they are disjoint from it).
@@ -73,16 +77,17 @@ class ForwardScratch:
     cur_rows: torch.Tensor
     local_rows: torch.Tensor
     row_req: dict[int, torch.Tensor]
+    remap: Callable[..., torch.Tensor]
     stage_after_gather: bool = False
     _cache: dict[tuple, torch.Tensor] = field(default_factory=dict)
 
     @property
     def page_size(self) -> int:
-        return self.placement.layout.page_size
+        return self.placement.page_size
 
     @property
     def batch_size(self) -> int:
-        return self.placement.layout.batch_size
+        return self.placement.inverse.shape[0]
 
     def _is_out_cache_loc(self, loc: torch.Tensor) -> bool:
         ref = self.out_cache_loc
@@ -133,10 +138,8 @@ class ForwardScratch:
             return hit
         if loc.dim() == 2:
             req = self._rows_of(loc.shape[0], "the page table")
-            dense = cr.remap_locs(loc, req, self.placement.layout, validate=False)
         elif loc.dim() == 1 and self.batch_size == 1:
             req = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
-            dense = cr.remap_locs(loc, req, self.placement.layout, validate=False)
         else:
             raise TranslationError(
                 f"a {loc.dim()}-D location tensor of shape {tuple(loc.shape)} is not this "
@@ -144,6 +147,7 @@ class ForwardScratch:
                 f"cannot be given a request (a page two requests list maps to two slots). Fix: "
                 f"pass the batch's out_cache_loc, or a page table with one row per request"
             )
+        dense = self.remap(loc, req, self.placement.inverse, self.page_size)
         rows = to_scratch(dense, self.placement.slot_scratch, self.page_size)
         self._cache[key] = rows
         return rows
@@ -159,15 +163,33 @@ class ForwardScratch:
                 f"indexer page table must be 2-D (one row per request), got {tuple(pages.shape)}"
             )
         req = self._rows_of(pages.shape[0], "the indexer page table")
-        inverse = self.placement.layout.inverse
+        inverse = self.placement.inverse
         slot = inverse[req.unsqueeze(1), pages.long().clamp(0, inverse.shape[1] - 1)]
         out = self.placement.slot_scratch[slot.long()]
         self._cache[key] = out
         return out
 
 
+@dataclass(frozen=True)
+class ShardOps:
+    """The two per-forward ops of the plan, resolved once (CUDA > torch; ``CPKV_BACKEND``):
+    the backend's bare launchers where it has them, else its checked ops."""
+
+    plan: Callable[..., Any]
+    remap: Callable[..., torch.Tensor]
+
+
+def shard_ops(device: torch.device, backend: str | None = None) -> ShardOps:
+    """:class:`ShardOps` for ``device`` (the pool resolves them once, at its first forward);
+    ``remap`` is the checked ``remap_locs`` op (it allocates its output)."""
+    chosen = cr.resolve_backend("shard_plan", device, backend)
+    plan = chosen.raw_ops.get("shard_plan", chosen.ops["shard_plan"])
+    return ShardOps(plan, cr.resolve_backend("remap_locs", device, backend).ops["remap_locs"])
+
+
 def plan_forward(
-    req_pages: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
     prefix_lens: Sequence[int],
     seq_lens: Sequence[int],
     out_cache_loc: torch.Tensor,
@@ -175,143 +197,170 @@ def plan_forward(
     num_pages: int,
     *,
     kept_rows: Sequence[int] | None = None,
+    ops: ShardOps | None = None,
 ) -> ForwardScratch:
     """Plan one forward from SGLang's batch, with one host read (see the module docstring).
 
+    :func:`draft_forward` (``cpkv_runtime``'s ``shard_plan`` op, the CUDA kernels when there is
+    a GPU: every tensor of the plan), one ``.tolist()`` of ``3 + N`` numbers (the layout's
+    status, its slot count, where each rank's run of gathered slots ends, the all-gather's
+    block), then :func:`finish_forward` (checks, no device work).
+
     Args:
-        req_pages: (B, M) each request's logical pages (:func:`request_pages`), -1 past its use.
+        req_to_token: (rows, cols) SGLang's token locations of each request's positions; a
+            request's page ``j`` is the page of its position ``j * P``.
+        req_pool_indices: (B,) the batch's rows of ``req_to_token``.
         prefix_lens, seq_lens: (B,) host lengths (``extend_prefix_lens_cpu``, ``seq_lens_cpu``).
         out_cache_loc: (T,) the batch's current-token locations, request-major.
         geo: the pool's scratch geometry.
         num_pages: logical pages of the pool (``N * (size / P + 1)``).
         kept_rows: requests this rank keeps rows for under interleave CP (SGLang's ``bs_idx``),
             or None when the batch is not split.
+        ops: the resolved ops (default: resolved here).
 
     Raises:
         ScratchCapacityError: the batch does not fit the scratch.
-        cpkv_runtime.LayoutError: a request lists a page twice, or pages outside the pool.
+        cpkv_runtime.LayoutError: bad lengths, a request listing a page twice, or pages
+            outside the pool.
         ValueError: ``out_cache_loc`` does not hold one location per current token.
     """
     prefix = [int(x) for x in prefix_lens]
     extend = [int(s) - q for s, q in zip(seq_lens, prefix, strict=True)]
-    num_tokens = sum(extend)
-    if out_cache_loc.dim() != 1 or out_cache_loc.numel() != num_tokens:
-        raise ValueError(
-            f"out_cache_loc has shape {tuple(out_cache_loc.shape)} but the batch has "
-            f"{num_tokens} current tokens (extend lengths {extend}); the shared-KV scratch "
-            f"needs one location per current token, in request order"
-        )
-    draft = draft_forward(req_pages, prefix, extend, out_cache_loc, geo, num_pages, kept_rows)
-    host_numbers = draft.slots.host_numbers.tolist()  # the forward's one host read
+    draft = draft_forward(req_to_token, req_pool_indices, prefix, extend, out_cache_loc, geo,
+                          num_pages, kept_rows, ops)  # fmt: skip
+    host_numbers = draft.outputs[0].tolist()  # the forward's one host read
     return finish_forward(draft, host_numbers, geo)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class ForwardDraft:
     """The device half of :func:`plan_forward`, before its one host read.
 
     Attributes:
-        slots: the static layout's slots in gather order; ``slots.host_numbers`` is what the
-            host reads (status, used slots, per-rank gathered slots).
-        prefix, extend: (B,) host lengths.
-        out_cache_loc, token_req, local_rows, row_req: as in :class:`ForwardScratch`.
-        token_slot: (T,) int32 each current token's slot (``layout.inverse`` at its request and
-            page; -1 only for a location on a page its request does not list).
-        token_offset: (T,) int64 each current token's row in its page (``loc % P``).
+        outputs: the ``shard_plan`` op's tensors (``cpkv_runtime``'s contract, without the
+            layout): ``host`` (the (3 + N,) numbers the host reads: status, used slots, where
+            each rank's run of gathered slots ends, the block), ``inverse``, ``rows``
+            (``0 .. B - 1``), ``kept``, ``slot_scratch``, ``send_pages``, ``token_req``,
+            ``cur_rows``, ``local_rows``.
+        args: the op's arguments, to plan the layout again when asked (``with_layout``).
+        prefix, extend: (B,) host lengths. kept: the interleave-CP rows, or None.
+        out_cache_loc: (T,) as passed. ops: the ops.
     """
 
-    slots: SlotOrder
+    outputs: list[torch.Tensor]
+    args: tuple
     prefix: tuple[int, ...]
     extend: tuple[int, ...]
+    kept: tuple[int, ...] | None
     out_cache_loc: torch.Tensor
-    token_req: torch.Tensor
-    token_slot: torch.Tensor
-    token_offset: torch.Tensor
-    local_rows: torch.Tensor
-    row_req: dict[int, torch.Tensor]
+    ops: ShardOps
+
+    def layout(self, used: int | None = None) -> cr.Layout:
+        """The batch's layout: the op again with its layout outputs, cut to ``used`` slots
+        (``plan_layout``'s exact layout), or padded when None (to re-raise a bad input)."""
+        out = self.ops.plan(*self.args, True)
+        p, num_pages = self.args[6], self.args[7]
+        inverse, (slot_page, pages, prefix, extend, seq, pages_used, table, owner, used_slots,
+                  status, _) = out[1], out[12:]  # fmt: skip
+        tensors = (pages, prefix, extend, seq, pages_used, table)
+        if used is None:
+            return cr.Layout(p, num_pages, True, *tensors, slot_page, owner, inverse,
+                             sum(self.extend), used_slots, status)  # fmt: skip
+        return cr.Layout(p, num_pages, True, *tensors, slot_page[:used], owner[:used], inverse,
+                         sum(self.extend))  # fmt: skip
 
 
 def draft_forward(
-    req_pages: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
     prefix: Sequence[int],
     extend: Sequence[int],
     out_cache_loc: torch.Tensor,
     geo: ScratchGeometry,
     num_pages: int,
     kept_rows: Sequence[int] | None = None,
+    ops: ShardOps | None = None,
 ) -> ForwardDraft:
-    """Everything of the plan that needs no host read (device work and one upload).
+    """The host checks, then the ``shard_plan`` op (device work only, no read).
 
-    What the host knows goes to the device in one non-blocking upload (pinned on CUDA): the
-    lengths, the request ids, ``ceil(prefix / P)``, the owner-run bounds of the slot sort and the
-    kept rows. The layout is :func:`cpkv_runtime.plan_layout_static` with the capacity and token
-    count the host knows (``sum(ceil(seq_lens / P))`` slots always suffice) and its checks
-    deferred to the status that :func:`finish_forward` reads with the rest.
+    The capacity passed is ``sum(ceil(seq / P))`` slots (always enough) and the width
+    ``max(ceil(seq / P))``; what the host knows (lengths, kept rows) travels in the first
+    kernel's parameters (a copy from pinned memory when there are too many: a copy from
+    pageable memory stalls the host, and ``set_sync_debug_mode`` does not see that stall).
+
+    Raises:
+        cpkv_runtime.LayoutError: a negative length.
+        ValueError: ``out_cache_loc`` does not hold one location per current token.
     """
-    p, n, device = geo.page_size, geo.shard_size, req_pages.device
-    prefix, extend = tuple(int(x) for x in prefix), tuple(int(x) for x in extend)
-    if min(prefix + extend, default=0) < 0:  # host-visible: plan_layout's own error, no upload
-        cr.plan_layout(req_pages, prefix, extend, p, num_pages)
-        raise AssertionError(f"negative lengths {prefix} / {extend} passed plan_layout")
-    bsz, num_tokens = len(prefix), sum(extend)
-    kept = [] if kept_rows is None else [int(b) for b in kept_rows]
-    history = [-(-q // p) for q in prefix]
-    rank_ends = [(r + 1) * num_pages for r in range(n)]
-    upload = upload_ints([*prefix, *extend, *range(bsz), *history, *rank_ends, *kept], device)
-    prefix_t, extend_t, rows_t, history_t, rank_ends_t, kept_t = upload.split(
-        [bsz, bsz, bsz, bsz, n, len(kept)]
-    )
-    capacity = sum(-(-(q + e) // p) for q, e in zip(prefix, extend, strict=True))
-    layout = cr.plan_layout_static(
-        req_pages, prefix_t, extend_t, p, num_pages,
-        max_slots=capacity, num_tokens=num_tokens, validate=False,
-    )  # fmt: skip
-    token_req = torch.repeat_interleave(extend_t, output_size=num_tokens)  # request of each token
-    row_req = {bsz: rows_t}
-    if kept_rows is not None:
-        row_req.setdefault(len(kept), kept_t)
-    # Per-token tables (one row per query token). Every extend holds >= 1 token, so T == B only
-    # when each request extends by one (token_req == arange), and T >= B > len(kept) otherwise.
-    row_req.setdefault(num_tokens, token_req)
-    loc = out_cache_loc.long()
-    page, offset = torch.div(loc, p, rounding_mode="floor"), loc % p
-    return ForwardDraft(
-        slots=order_slots(layout, geo, history_pages=history_t, rank_ends=rank_ends_t),
-        prefix=prefix,
-        extend=extend,
-        out_cache_loc=out_cache_loc,
-        token_req=token_req,
-        token_slot=layout.inverse[token_req, page],
-        token_offset=offset,
-        local_rows=owned_rows(page, offset, p, n, geo.shard_rank),
-        row_req=row_req,
-    )
+    p = geo.page_size
+    prefix, extend = tuple(map(int, prefix)), tuple(map(int, extend))
+    num_tokens = sum(extend)
+    if min(prefix + extend, default=0) < 0:
+        raise cr.LayoutError(
+            f"negative lengths: prefix_lens {list(prefix)}, extend_lens {list(extend)} "
+            f"(seq_lens - prefix_lens); fix: pass seq_lens >= prefix_lens >= 0"
+        )
+    if out_cache_loc.dim() != 1 or out_cache_loc.numel() != num_tokens:
+        raise ValueError(
+            f"out_cache_loc has shape {tuple(out_cache_loc.shape)} but the batch has "
+            f"{num_tokens} current tokens (extend lengths {list(extend)}); the shared-KV "
+            f"scratch needs one location per current token, in request order"
+        )
+    pages = [-(-(q + e) // p) for q, e in zip(prefix, extend, strict=True)]
+    kept = None if kept_rows is None else tuple(int(b) for b in kept_rows)
+    ops = ops or shard_ops(out_cache_loc.device)
+    args = (req_to_token, req_pool_indices, out_cache_loc, [*prefix, *extend], list(kept or ()),
+            max(pages, default=0), p, num_pages, sum(pages), geo.shard_size, geo.shard_rank,
+            geo.write_base, geo.trash_page)  # fmt: skip
+    return ForwardDraft(ops.plan(*args, False), args, prefix, extend, kept, out_cache_loc, ops)
 
 
 def finish_forward(
     draft: ForwardDraft, host_numbers: Sequence[int], geo: ScratchGeometry
 ) -> ForwardScratch:
-    """The rest of the plan from the host numbers (``draft.slots.host_numbers`` read back):
-    the input and capacity checks, then device work only.
-
-    A current token's scratch row is its slot's scratch page times ``P`` plus its offset
-    (``to_scratch`` of its ``remap_locs`` location, without the round trip through the dense
-    location). A location on a page its request does not list (SGLang never passes one) has
-    slot -1, which lands on the trash page like every absent lookup.
+    """The rest of the plan from the host numbers (``draft.outputs[0]`` read back): the input
+    and capacity checks; no device work (the op placed everything with the block it found).
 
     Raises:
         ScratchCapacityError: the batch does not fit the scratch.
         cpkv_runtime.LayoutError: a request lists a page twice, or pages outside the pool.
     """
-    p = geo.page_size
-    placement = assign_slots(draft.slots, host_numbers, geo)
+    p, n = geo.page_size, geo.shard_size
+    _, inverse, rows, kept, slot_scratch, send_pages, token_req, cur_rows, local_rows = (
+        draft.outputs
+    )
+    status, used, *ends, block = host_numbers
+    if status:  # bad input: plan_layout's own message (its checks rerun, off the hot path)
+        draft.layout().verify()
+        raise AssertionError(f"layout status {status}, yet Layout.verify() passed")
+    if len(ends) != n:
+        raise ValueError(f"host_numbers holds {len(ends)} rank counts for {n} ranks")
+    owned = tuple(e - b for b, e in zip([0, *ends[:-1]], ends, strict=True))
+    num_fresh = used - ends[-1]
+    if n * block > geo.gather_pages or num_fresh > geo.write_pages:
+        raise ScratchCapacityError(
+            f"this batch needs {n} x {block} gather pages (ranks own {list(owned)} of its "
+            f"{ends[-1]} history slots) and {num_fresh} write pages, but the scratch holds "
+            f"{geo.gather_pages} and {geo.write_pages}; admission should have deferred it. Fix: "
+            f"raise the scratch (longer --context-length budget or --chunked-prefill-size) or "
+            f"send fewer long prefixes per batch"
+        )
+    row_req = {len(draft.prefix): rows}
+    if draft.kept is not None:
+        row_req.setdefault(len(draft.kept), kept)
+    # Per-token tables (one row per query token). Every extend holds >= 1 token, so T == B only
+    # when each request extends by one (token_req == arange), and T >= B > len(kept) otherwise.
+    row_req.setdefault(cur_rows.shape[0], token_req)
+    placement = ScratchPlacement(inverse, p, used, slot_scratch, block, owned, num_fresh,
+                                 send_pages[:block], partial(draft.layout, used))  # fmt: skip
     return ForwardScratch(
         placement=placement,
         out_cache_loc=draft.out_cache_loc,
-        token_req=draft.token_req,
-        cur_rows=torch.add(draft.token_offset, placement.slot_scratch[draft.token_slot], alpha=p),
-        local_rows=draft.local_rows,
-        row_req=draft.row_req,
+        token_req=token_req,
+        cur_rows=cur_rows,
+        local_rows=local_rows,
+        row_req=row_req,
+        remap=draft.ops.remap,
         stage_after_gather=any(
             q % p and e for q, e in zip(draft.prefix, draft.extend, strict=True)
         ),

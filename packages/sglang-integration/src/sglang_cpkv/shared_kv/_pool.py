@@ -41,14 +41,13 @@ import torch
 from sglang.srt.mem_cache import page_interleave_pool as _pip
 from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
 
-from sglang_cpkv.shared_kv._forward import ForwardScratch, plan_forward
+from sglang_cpkv.shared_kv._forward import ForwardScratch, ShardOps, plan_forward, shard_ops
 from sglang_cpkv.shared_kv._plan import (
     ScratchGeometry,
     current_locs,
     interleave_kept_rows,
     owned_local_rows,
     pack_launcher,
-    request_pages,
 )
 
 __all__ = ["CpkvIndexKeyCache", "CpkvSharedKVPool"]
@@ -110,6 +109,12 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
         # Logical page l lives on rank l % N as local page l // N < size / P + 1.
         self.cpkv_num_pages = shard_spec.shard_size * (self.size // ps + 1)
         self.cpkv_forward: ForwardScratch | None = None
+        # The plan's two ops and the page copy, resolved at the first forward (CUDA > Triton >
+        # torch, CPKV_BACKEND) and kept: the per-layer packs call the backend's bare launcher
+        # (no Python checks) on the plan's send_pages (int32, contiguous, in range by
+        # construction) and the pool's pages.
+        self._cpkv_ops: ShardOps | None = None
+        self._cpkv_pack: Any = None
 
     def _create_index_key_cache(self) -> CpkvIndexKeyCache:
         return CpkvIndexKeyCache(self, self.index_buf_size)
@@ -158,20 +163,20 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
     ) -> None:
         if out_cache_loc is None:
             out_cache_loc = current_locs(req_to_token, req_pool_indices, prefix_lens, seq_lens)
-        ps = self.cpkv_geometry.page_size
+        if self._cpkv_ops is None:
+            self._cpkv_ops = shard_ops(out_cache_loc.device)
+            self._cpkv_pack = pack_launcher(out_cache_loc.device)
         self.cpkv_forward = plan_forward(
-            request_pages(req_to_token, req_pool_indices, seq_lens, ps),
+            req_to_token,
+            req_pool_indices,
             prefix_lens,
             seq_lens,
             out_cache_loc,
             self.cpkv_geometry,
             self.cpkv_num_pages,
             kept_rows=kept_rows,
+            ops=self._cpkv_ops,
         )
-        # The page copy, resolved once per forward (CUDA > Triton > torch, CPKV_BACKEND): the
-        # per-layer packs call the backend's bare launcher (no Python checks) on the plan's
-        # send_pages (int32, contiguous, in range by construction) and the pool's pages.
-        self._cpkv_pack = pack_launcher(self.cpkv_forward.out_cache_loc.device)
         block = self.cpkv_forward.placement.block
         self._epoch += 1
         self._block_pages = block
