@@ -11,6 +11,12 @@
   limit makes a regression fail with MemoryError instead of swapping the machine, and an optional
   file-size limit (``RLIMIT_FSIZE``) makes the kernel refuse writes past a size, a real failing
   write that stands in for a full disk.
+
+Both runners take ``refuse_spawns=True`` for a CLI whose regression would spawn without end (a
+process per ``--cp`` rank, asked for a million ranks): the hook then raises at the first spawn,
+which is still recorded, instead of letting the machine fork until it stops. ``run_measured``
+also takes ``spawns_at_import=False`` and a larger ``address_space`` for a CLI that imports torch
+(see :data:`TORCH_ADDRESS_SPACE` and :func:`run_measured`).
 """
 
 from __future__ import annotations
@@ -35,13 +41,20 @@ SPAWN_EVENTS = frozenset(
         "subprocess.Popen",
     }
 )
+#: Address space for a fresh interpreter that imports torch: torch maps 2-4 GiB of libraries at
+#: import, so the default 2 GiB would fail the import itself rather than a regression.
+TORCH_ADDRESS_SPACE = 8 << 30
+_REFUSED = "hostile-input test: {event} refused (a refusal must spawn nothing)"
 _log: list[str] | None = None
+_refuse = False
 _hooked = False
 
 
 def _hook(event: str, args: tuple) -> None:
     if _log is not None and event in SPAWN_EVENTS:
         _log.append(event)
+        if _refuse:
+            raise RuntimeError(_REFUSED.format(event=event))
 
 
 def live_children() -> int:
@@ -66,14 +79,22 @@ class Run:
         return f"exit={self.code} spawns={self.spawns}\nstdout:\n{self.out}\nstderr:\n{self.err}"
 
 
-def run_in_process(main: Callable[[Sequence[str]], int], argv: Sequence[str]) -> Run:
-    """``main(argv)`` with stdout/stderr captured and spawns recorded."""
-    global _log, _hooked
+def run_in_process(
+    main: Callable[[Sequence[str]], int], argv: Sequence[str], *, refuse_spawns: bool = False
+) -> Run:
+    """``main(argv)`` with stdout/stderr captured and spawns recorded.
+
+    Args:
+        refuse_spawns: also raise ``RuntimeError`` at each spawn (after recording it), so a
+            regression that spawns per unit of a hostile size fails at its first spawn instead
+            of spawning them all in the pytest process.
+    """
+    global _log, _refuse, _hooked
     if not _hooked:
         sys.addaudithook(_hook)  # cannot be removed; it records only while _log is set
         _hooked = True
     before = live_children()
-    out, err, _log = io.StringIO(), io.StringIO(), []
+    out, err, _log, _refuse = io.StringIO(), io.StringIO(), [], refuse_spawns
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -82,7 +103,7 @@ def run_in_process(main: Callable[[Sequence[str]], int], argv: Sequence[str]) ->
                 code = exc.code if isinstance(exc.code, int) else 1
         spawns = list(_log)
     finally:
-        _log = None
+        _log, _refuse = None, False
     run = Run(code, out.getvalue(), err.getvalue(), spawns, live_children() - before)
     print(run)
     return run
@@ -100,8 +121,15 @@ def tree(root: Path) -> dict[str, tuple[int, int, int]]:
 _RUNNER = """
 import resource, signal, sys
 log, rss = open(sys.argv[1], "a"), sys.argv[2]
-spawn = {events!r}
-sys.addaudithook(lambda e, a: e in spawn and (log.write(e + "\\n"), log.flush()))
+spawn, refuse, refused = {events!r}, {refuse!r}, {refused!r}
+def hook(event, args):
+    if event in spawn:
+        log.write(event + "\\n")
+        log.flush()
+        if refuse:
+            raise RuntimeError(refused.format(event=event))
+if {at_import!r}:
+    sys.addaudithook(hook)
 limit, fsize = {address_space!r}, {fsize!r}
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 if fsize is not None:
@@ -109,6 +137,8 @@ if fsize is not None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 try:
     from {module} import main
+    if not {at_import!r}:
+        sys.addaudithook(hook)
     code = main(sys.argv[3:])
 finally:
     status = open("/proc/self/status").read()
@@ -126,17 +156,34 @@ def run_measured(
     cwd: Path | None = None,
     fsize: int | None = None,
     address_space: int = 2 << 30,
+    refuse_spawns: bool = False,
+    spawns_at_import: bool = True,
     timeout: float = 300,
 ) -> Run:
     """``module.main(argv)`` in a fresh interpreter: exit code, output, spawns, peak RSS (KiB).
 
-    ``timeout`` only guards against a hang (the test then fails); nothing asserts on time.
+    Args:
+        address_space: ``RLIMIT_AS`` in bytes; :data:`TORCH_ADDRESS_SPACE` for a module that
+            imports torch.
+        refuse_spawns: as in :func:`run_in_process`: the first spawn raises (and is logged).
+        spawns_at_import: watch spawns from before ``import module`` (the default), or only from
+            ``main`` on (False): importing torch runs ``/sbin/ldconfig -p`` itself
+            (``torch.cuda`` imports ``cuda.pathfinder``, which calls
+            ``ctypes.util.find_library``), a spawn that is not the CLI's and that
+            ``refuse_spawns`` would turn into a failed import.
+        timeout: only guards against a hang (the test then fails); nothing asserts on time.
     """
     log, rss = tmp / "spawn.log", tmp / "rss.txt"
     for f in (log, rss):
         f.write_text("")
     code = _RUNNER.format(
-        events=sorted(SPAWN_EVENTS), address_space=address_space, fsize=fsize, module=module
+        events=sorted(SPAWN_EVENTS),
+        refuse=refuse_spawns,
+        refused=_REFUSED,
+        at_import=spawns_at_import,
+        address_space=address_space,
+        fsize=fsize,
+        module=module,
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(log), str(rss), *argv],

@@ -13,6 +13,7 @@ leaves the old report.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.server
 import os
 import resource
@@ -28,13 +29,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from _validate_hostile import run_in_process, run_measured, tree
 from cpkv_validate import refserver, scenario_names
 from cpkv_validate._cli_io import CliInputError, check_url
 from cpkv_validate._limits import MAX_CP_CPU
 from cpkv_validate.cli import main
+from hostile_cli import TORCH_ADDRESS_SPACE, run_in_process, run_measured, tree
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+
+#: The shared harness with each spawn refused as well as recorded: a regression of the ``--cp``
+#: bound then fails at its first fork instead of forking a process per rank.
+run_cli = functools.partial(run_in_process, refuse_spawns=True)
+#: The same in a fresh interpreter, which imports torch: its address space, and spawns watched
+#: from ``main`` on (importing torch runs ``ldconfig -p``, not this CLI).
+measure_cli = functools.partial(
+    run_measured,
+    address_space=TORCH_ADDRESS_SPACE,
+    refuse_spawns=True,
+    spawns_at_import=False,
+)
 
 URL = "http://127.0.0.1:9"  # never contacted: every case is refused first
 
@@ -158,7 +171,7 @@ def _refused(run, message: str, prog: str = "cpkv-validate") -> None:
 def test_hostile_input(hostile_dir, case):
     argv, message = CASES[case]
     before = tree(hostile_dir)
-    run = run_in_process(main, [*_argv(argv, hostile_dir), "--no-progress"])
+    run = run_cli(main, [*_argv(argv, hostile_dir), "--no-progress"])
     _refused(run, message.replace("{d}", str(hostile_dir)))
     assert tree(hostile_dir) == before
 
@@ -167,7 +180,7 @@ def test_concurrency_is_held_below_the_open_file_limit(hostile_dir):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
     try:
-        run = run_in_process(main, ["--url", URL, "--concurrency", "200"])
+        run = run_cli(main, ["--url", URL, "--concurrency", "200"])
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     _refused(run, "--concurrency 200 needs a socket per request but the open-file limit is 256")
@@ -213,14 +226,14 @@ def _server(status: int, body: bytes, content_type: str):
 def test_a_server_that_is_not_openai_compatible(hostile_dir, status, body, kind, message):
     before = tree(hostile_dir)
     with _server(status, body, kind) as url:
-        run = run_in_process(main, ["--url", url, "--json", "out.json", "--no-progress"])
+        run = run_cli(main, ["--url", url, "--json", "out.json", "--no-progress"])
     _refused(run, message)
     assert tree(hostile_dir) == before  # no report, no probe file left
 
 
 def test_completions_without_choices(hostile_dir):
     with _server(200, b'{"data": [{"id": "m"}], "x": 1}', "application/json") as url:
-        run = run_in_process(main, ["--url", url, "--no-progress"])
+        run = run_cli(main, ["--url", url, "--no-progress"])
     _refused(run, "/v1/completions answered without choices[0]")
 
 
@@ -232,7 +245,7 @@ RESOURCE_CASES = ["cp_million", "requests_huge", "concurrency_huge", "seed_huge"
 def baseline_rss(tmp_path_factory) -> int:
     """Peak RSS (KiB) of an ordinary run that builds nothing: ``--list-scenarios``."""
     tmp = tmp_path_factory.mktemp("baseline")
-    run = run_measured("cpkv_validate.cli", ["--list-scenarios"], tmp)
+    run = measure_cli("cpkv_validate.cli", ["--list-scenarios"], tmp)
     assert run.code == 0 and "fresh_prompts_cp4" in run.out and run.spawns == []
     return run.maxrss_kib
 
@@ -242,12 +255,35 @@ def test_hostile_sizes_stay_small(hostile_dir, tmp_path_factory, baseline_rss, c
     argv, message = CASES[case]
     before = tree(hostile_dir)
     tmp = tmp_path_factory.mktemp("measured")
-    run = run_measured("cpkv_validate.cli", argv, tmp, cwd=hostile_dir)
+    run = measure_cli("cpkv_validate.cli", argv, tmp, cwd=hostile_dir)
     assert run.code == 2 and message in run.err and "Traceback" not in run.err
     assert run.spawns == [] and tree(hostile_dir) == before
     assert (
         run.maxrss_kib <= baseline_rss + 8 * 1024
     )  # 8 MiB of slack over a run that builds nothing
+
+
+def _spawns_once(argv: list[str]) -> int:
+    subprocess.run(["true"], check=False)
+    return 0
+
+
+def test_the_harness_refuses_a_spawn(tmp_path):
+    """What ``run.spawns == []`` above rests on: under ``run_cli`` and ``measure_cli`` a spawn by
+    the CLI is refused (and logged), while torch's own ``ldconfig -p`` at import is let be."""
+    with pytest.raises(RuntimeError, match=r"subprocess\.Popen refused"):
+        run_cli(_spawns_once, [])
+    (tmp_path / "spawns_once.py").write_text(
+        "import subprocess\n"
+        "import torch  # runs ldconfig -p at import\n\n\n"
+        "def main(argv):\n"
+        "    print('main ran', flush=True)\n"
+        "    subprocess.run(['true'], check=False)\n"
+        "    return 0\n"
+    )
+    run = measure_cli("spawns_once", [], tmp_path, cwd=tmp_path)
+    assert run.code == 1 and run.out == "main ran\n" and run.spawns == ["subprocess.Popen"]
+    assert "RuntimeError: hostile-input test: subprocess.Popen refused" in run.err
 
 
 # refserver --------------------------------------------------------------------------------------
@@ -268,7 +304,7 @@ PROG = "python -m cpkv_validate.refserver"
 def test_refserver_hostile_input(hostile_dir, case):
     argv, message = REFSERVER_CASES[case]
     before = tree(hostile_dir)
-    _refused(run_in_process(refserver.main, argv), message, PROG)
+    _refused(run_cli(refserver.main, argv), message, PROG)
     assert tree(hostile_dir) == before
 
 
@@ -277,7 +313,7 @@ def test_refserver_refuses_a_taken_port():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        run = run_in_process(refserver.main, ["--port", str(port)])
+        run = run_cli(refserver.main, ["--port", str(port)])
     _refused(run, f"--port {port}: cannot listen on 127.0.0.1 (Address already in use)", PROG)
 
 
@@ -371,7 +407,7 @@ def test_refserver_serves_with_a_closed_stdout():
 @settings(max_examples=40, deadline=None)
 @given(cp=st.one_of(st.integers(max_value=0), st.integers(min_value=MAX_CP_CPU + 1)))
 def test_any_cp_outside_the_bound_is_refused(cp):
-    run = run_in_process(main, ["--cp", str(cp), "--no-progress"])
+    run = run_cli(main, ["--cp", str(cp), "--no-progress"])
     bound = "--cp must be >= 1" if cp < 1 else f"--cp must be <= {MAX_CP_CPU} on CPU"
     _refused(run, bound)
 
@@ -380,7 +416,7 @@ def test_any_cp_outside_the_bound_is_refused(cp):
 @given(name=st.text(max_size=80).filter(lambda s: s not in scenario_names()))
 def test_any_unknown_scenario_is_refused(name):
     assume("\x00" not in name)  # argv cannot hold NUL
-    run = run_in_process(main, [f"--scenario={name}", "--no-progress"])  # '-x' too
+    run = run_cli(main, [f"--scenario={name}", "--no-progress"])  # '-x' too
     _refused(run, "unknown --scenario")
 
 
@@ -403,7 +439,7 @@ def test_a_failed_json_write_leaves_the_old_report(hostile_dir, tmp_path_factory
     old = hostile_dir / "report.json"
     old.write_text("the previous report\n")
     argv = ["--cp", "1", "--scenario", "tiny_extends", "--allocator", "sglang"]
-    run = run_measured(
+    run = measure_cli(
         "cpkv_validate.cli",
         [*argv, "--split", "zigzag", "--no-progress", "--json", str(old)],
         tmp_path_factory.mktemp("fsize"),
@@ -499,6 +535,6 @@ def test_a_server_that_does_not_answer_times_out(hostile_dir):
         s.bind(("127.0.0.1", 0))
         s.listen()
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
-        run = run_in_process(main, ["--url", url, "--timeout", "0.5", "--no-progress"])
+        run = run_cli(main, ["--url", url, "--timeout", "0.5", "--no-progress"])
     _refused(run, f"cannot reach {url}/v1/models")
     assert "timed out" in run.err

@@ -24,7 +24,7 @@ with CP off. Nothing is compared with this code's own earlier output.
 
 from __future__ import annotations
 
-import _dsa_stand_ins as stand_ins
+import _ragged_prefill
 import _sglang_dsa as dsa
 import _sglang_env as env
 import pytest
@@ -38,6 +38,8 @@ from sglang_cpkv.hooks.ragged_offsets import (
 )
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
+#: The shared fixtures (``_ragged_prefill``), bound here so pytest finds them by name.
+mla, deploy = _ragged_prefill.mla, _ragged_prefill.deploy
 
 Req = dsa.Req
 
@@ -49,27 +51,6 @@ CASES = {
     "short_last": (2, [6, 1], "clean: every rank keeps request 0"),
     "uneven_pair": (2, [5, 7], "clean: both ranks keep both requests"),
 }
-
-
-@pytest.fixture(scope="module")
-def mla(plugin):
-    """The stand-ins, installed for this module; yields the sparse-MLA recorder."""
-    with pytest.MonkeyPatch.context() as mp, stand_ins.cuda_stand_ins(mp) as recorder:
-        yield recorder
-
-
-@pytest.fixture(scope="module")
-def deploy(plugin):
-    """SM100 deployments of GLM-5.1-FP8 with flashmla_sparse over fp8 KV, by CP size."""
-    cache: dict[int, dsa.DsaPrefill] = {}
-
-    def get(cp: int) -> dsa.DsaPrefill:
-        if cp not in cache:
-            args = dsa.server_args(cp, env.SM100, *dsa.FLASHMLA_SPARSE_FP8)
-            cache[cp] = dsa.DsaPrefill(args, env.SM100)
-        return cache[cp]
-
-    return get
 
 
 def _reqs(extend: list[int]) -> list[Req]:

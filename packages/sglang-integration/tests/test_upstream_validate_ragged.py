@@ -22,7 +22,7 @@ Expected values come from SGLang and the hook, never from cpkv-validate's own ou
 
 from __future__ import annotations
 
-import _dsa_stand_ins as stand_ins
+import _ragged_prefill
 import _sglang_dsa as dsa
 import _sglang_env as env
 import pytest
@@ -34,6 +34,8 @@ from hypothesis import strategies as st
 from sglang_cpkv.hooks.ragged_offsets import attended_offsets, sglang_offsets
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
+#: The shared fixtures (``_ragged_prefill``), bound here so pytest finds them by name.
+mla, deploy = _ragged_prefill.mla, _ragged_prefill.deploy
 
 #: The shapes ``cpkv-validate`` runs (fresh_prompts_cp2, fresh_prompts_cp4), clean ones, and
 #: batches of fewer tokens than cp (SGLang runs those without CP).
@@ -47,27 +49,6 @@ FIXED = [
     (4, [1, 1]),
     (2, [1]),
 ]
-
-
-@pytest.fixture(scope="module")
-def mla(plugin):
-    """The stand-ins, installed for this module (the recorder is unused: metadata only)."""
-    with pytest.MonkeyPatch.context() as mp, stand_ins.cuda_stand_ins(mp) as recorder:
-        yield recorder
-
-
-@pytest.fixture(scope="module")
-def deploy(plugin):
-    """SM100 deployments of GLM-5.1-FP8 with flashmla_sparse over fp8 KV, by CP size."""
-    cache: dict[int, dsa.DsaPrefill] = {}
-
-    def get(cp: int) -> dsa.DsaPrefill:
-        if cp not in cache:
-            args = dsa.server_args(cp, env.SM100, *dsa.FLASHMLA_SPARSE_FP8)
-            cache[cp] = dsa.DsaPrefill(args, env.SM100)
-        return cache[cp]
-
-    return get
 
 
 def _engine_rows(extend: list[int], cp: int) -> list[list[tuple[int, int]]]:
