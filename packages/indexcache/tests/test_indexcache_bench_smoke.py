@@ -27,7 +27,10 @@ def bench():
 
 def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     md = tmp_path / "indexcache.md"
-    md.write_text("# x\n<!-- indexcache cpu:begin -->\nold\n<!-- indexcache cpu:end -->\ntail\n")
+    stale = "stale section body 7f3e"  # a marker no path or command line contains
+    md.write_text(
+        f"# x\n<!-- indexcache cpu:begin -->\n{stale}\n<!-- indexcache cpu:end -->\ntail\n"
+    )
     recorded = benchkit.read_rows(RECORD / "indexcache.json")  # H200 rows, CPU rows at T >= 1K
     cpu_layer = next(r for r in recorded if r["gpu_name"] is None and r["op"] == "indexer_layer")
     redone = {**cpu_layer, "case": "T=96 Q=16 H=32 D=128 topk=2048", "p50": -1.0}
@@ -51,7 +54,7 @@ def test_bench_writes_json_png_and_md_section(bench, tmp_path):
     assert rows[0]["command"].endswith(f"--out {tmp_path} --md {md}")
     assert (tmp_path / "indexcache.png").stat().st_size > 0
     text = md.read_text()
-    assert "old" not in text and text.startswith("# x\n<!-- indexcache cpu:begin -->\nDevice: CPU")
+    assert stale not in text and text.startswith("# x\n<!-- indexcache cpu:begin -->\nDevice: CPU")
     assert "<!-- indexcache cpu:end -->\ntail\n" in text  # the text around it is kept
     cpu = benchkit.read_section(text, "indexcache cpu")
     assert cpu.count("Device: CPU") == 2  # the recorded smoke run and this one
