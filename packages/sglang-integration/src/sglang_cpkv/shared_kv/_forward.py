@@ -172,8 +172,9 @@ class ForwardScratch:
 
 @dataclass(frozen=True)
 class ShardOps:
-    """The two per-forward ops of the plan, resolved once (CUDA > torch; ``CPKV_BACKEND``):
-    the backend's bare launchers where it has them, else its checked ops."""
+    """The ops the plan and its lookups call, resolved once (CUDA > Triton > torch, as
+    ``CPKV_BACKEND`` allows): ``shard_plan``'s bare launcher where the backend has one (CUDA),
+    else its op; ``remap_locs`` (page tables to dense locations, once per table and forward)."""
 
     plan: Callable[..., Any]
     remap: Callable[..., torch.Tensor]
@@ -257,7 +258,9 @@ class ForwardDraft:
 
     def layout(self, used: int | None = None) -> cr.Layout:
         """The batch's layout: the op again with its layout outputs, cut to ``used`` slots
-        (``plan_layout``'s exact layout), or padded when None (to re-raise a bad input)."""
+        (``plan_layout``'s exact layout), or padded when None (to re-raise a bad input). It
+        reads ``req_to_token`` again: ask before SGLang reuses the batch's rows (tests and the
+        error path do; the forward itself never asks)."""
         out = self.ops.plan(*self.args, True)
         p, num_pages = self.args[6], self.args[7]
         inverse, (slot_page, pages, prefix, extend, seq, pages_used, table, owner, used_slots,

@@ -18,8 +18,8 @@ upstream method               here
 ``_get_write_plan``           fixed-shape owner rows (non-owned rows land on local page 0):
                               no ``nonzero`` host sync
 ``_prefetch_layer``           packs owned pages with the ``cpkv_runtime`` page copy (the
-                              ``gather_pages`` kernels' bare launcher, resolved once per
-                              forward) into the exact-size all-gather block
+                              ``gather_pages`` kernels' bare launcher, resolved once, at the
+                              first forward) into the exact-size all-gather block
 ``set_mla_kv_buffer``         stages each token at its request's private slot, persists owned
                               rows; both with SGLang's own fused quantise-and-store kernel
 index key cache               ``_scratch_pages`` and ``write_targets`` per request, likewise
@@ -29,8 +29,8 @@ Per layer the path is: wait for the slot, kick the next layer's pack + all-gathe
 stream, two stores of the current tokens, reads through tables translated once per forward.
 None of it syncs with the host, and every shape is fixed by the plan (CUDA-graph capturable).
 The plan itself (:meth:`CpkvSharedKVPool.begin_cpkv_extend`, once per forward) reads the device
-once: the ``(2 + N,)`` host numbers of :func:`plan_forward` (layout status, slot count, per-rank
-gathered slots).
+once: the ``(3 + N,)`` host numbers of :func:`plan_forward` (layout status, slot count, per-rank
+gathered slots, the all-gather's block).
 """
 
 from __future__ import annotations
