@@ -162,7 +162,7 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     local = pool.view(-1, LATENT)
 
     def layer(backend: str):
-        # as CpkvSharedKVPool packs: the backend's bare launcher, resolved once per forward
+        # as CpkvSharedKVPool packs: the backend's bare launcher, resolved once
         pack = pack_launcher(pool.device, backend)
         send_pages = plan.placement.send_pages
         send = scratch[RANK * block : (RANK + 1) * block]

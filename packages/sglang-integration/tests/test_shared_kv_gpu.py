@@ -251,7 +251,7 @@ def test_per_layer_lookups_do_not_sync(setup):
     batch, geo, plan, _, t = setup
     r2t = batch.req_to_token().to(CUDA)
     table = r2t[:, : max(batch.seq)]
-    pack = pack_launcher(CUDA)  # what CpkvSharedKVPool resolves once per forward
+    pack = pack_launcher(CUDA)  # what CpkvSharedKVPool resolves once, at its first forward
     block = plan.placement.block
     send = torch.empty(block, P, LATENT, dtype=torch.uint8, device=CUDA)
     other = plan.out_cache_loc.clone()
