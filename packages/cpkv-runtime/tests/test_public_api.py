@@ -32,6 +32,7 @@ PUBLIC = {
     "check_invariants",
     # Backends
     "Backend",
+    "NO_TRITON",
     "OP_NAMES",
     "PRIORITY",
     "available_backends",
@@ -86,7 +87,9 @@ def test_backend_contract_names():
         "fill_sources",
         "build_dense",
         "layer_step",
+        "shard_plan",
     )
+    assert cpkv_runtime.NO_TRITON == {"shard_plan"}
     assert cpkv_runtime.PRIORITY == ("cuda", "triton", "torch")
     torch_backend = cpkv_runtime.available_backends()["torch"]
     assert set(torch_backend.ops) == set(cpkv_runtime.OP_NAMES)
