@@ -126,14 +126,24 @@ def run_reference_many(
                 progress.close()
     with tempfile.TemporaryDirectory(prefix="cpkv-validate-") as d:
         path = os.path.join(d, "results.pkl")
-        ctx = mp.start_processes(
-            _worker,
-            args=(runs, free_port(), path, show_progress),
-            nprocs=opts.cp,
-            join=False,
-            start_method="spawn" if opts.device == "cuda" else "fork",
-        )
+        # A Ctrl-C while the ranks start waits until they can all be ended: delivered between two
+        # forks, it would leave a started rank waiting for its missing peer in the process group
+        # (and the parent waiting for that rank at exit). The ranks inherit the mask and ignore
+        # the signal anyway (the parent answers it).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
+            ctx = mp.start_processes(
+                _worker,
+                args=(runs, free_port(), path, show_progress),
+                nprocs=opts.cp,
+                join=False,
+                start_method="spawn" if opts.device == "cuda" else "fork",
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending Ctrl-C lands here
             while not ctx.join():
                 pass
         except KeyboardInterrupt:  # end every rank before the caller reports the interrupt
