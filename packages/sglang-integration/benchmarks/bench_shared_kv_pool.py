@@ -10,7 +10,8 @@ latent rows of 656 B and indexer pages of 8,448 B):
   work; on the torch reference ops, and ``cpkv_runtime.plan_layout`` (the definition, several
   host syncs, from the request pages), each until the GPU is done;
 - ``plan-part``: each part of the plan alone (host enqueue, and device time with the host's
-  launch gaps hidden behind a sleeping stream);
+  launch gaps hidden behind a sleeping stream), and the same three parts timed inside one call
+  (where the read also waits for the op's kernels);
 - ``layer``: one layer of ``CpkvSharedKVPool`` on this rank: pack the owned pages
   (``shared_kv.pack_launcher``: the backend's bare ``materialize`` launcher, resolved once, as
   the pool does) for the latent and indexer buffers, the peers' blocks (one device copy
@@ -22,6 +23,8 @@ latent rows of 656 B and indexer pages of 8,448 B):
 
 Prints one table and the headline (plan goal <= 100 us, host <= 30 us per layer), writes
 ``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out`` through benchkit. Needs CUDA.
+``--parts plan`` times the plan alone (about a tenth of the run) and keeps the layer rows of
+``--keep`` (a record an earlier run wrote; each row carries its own date and commit).
 
     PYTHONPATH=$(printf '%s:' packages/*/src tools/benchkit/src) \
         python3 packages/sglang-integration/benchmarks/bench_shared_kv_pool.py --out OUT
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -61,6 +65,7 @@ from sglang_cpkv.shared_kv import (  # noqa: E402
 
 GOALS = {"plan_us": 100.0, "host_us_per_layer": 30.0}
 PACKS = "cpkv ops per layer (both packs)"
+PARTS = {"plan": ("plan", "plan-part"), "layer": ("layer", "layer-op")}
 N, RANK = 8, 3
 LATENT, INDEX = 656, 8448
 CASES = {"8x65536+2048": (8, 65536, 2048), "8x16384+2048": (8, 16384, 2048),
@@ -120,11 +125,35 @@ def plan_parts(name: str, args: tuple, ops) -> list[Row]:
     return rows
 
 
+def call_phases(name: str, args: tuple, ops, reps: int = 50, warmup: int = 20) -> list[Row]:
+    """The plan's three parts timed inside one ``plan_forward``-shaped call, in us: alone, the
+    read finds the kernels done; here it waits for them, as the forward does."""
+    geo, extend = args[5], batch_extend(args)
+    names = ("in one call: shard_plan", "in one call: read", "in one call: checks")
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(warmup + reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        draft = draft_forward(*args[:2], args[2], extend, *args[4:], ops=ops)
+        t1 = time.perf_counter()
+        numbers = draft.outputs[0].tolist()
+        t2 = time.perf_counter()
+        finish_forward(draft, numbers, geo)
+        t3 = time.perf_counter()
+        if i >= warmup:
+            for n, dt in zip(names, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                samples[n].append(dt * 1e6)
+    return [Row.timed(name, "plan-part", "cpkv", "host", Times.of(samples[n]), variant=n)
+            for n in names]  # fmt: skip
+
+
 def batch_extend(args: tuple) -> list[int]:
     return [s - q for s, q in zip(args[3], args[2], strict=True)]
 
 
-def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> list[Row]:
+def bench_case(
+    name: str, shape: tuple[int, int, int], backends: list[str], parts: tuple[str, ...]
+) -> list[Row]:
     batch, geo, args, local_pages = _setup(*shape)
 
     pages = torch.tensor([[*p, *[-1] * (max(map(len, batch.pages)) - len(p))]
@@ -137,7 +166,7 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     def pool_plan():
         return plan_forward(*args, ops=cuda_ops)
 
-    rows = [
+    rows = [] if "plan" not in parts else [
         Row.timed(name, "plan", "cpkv", "host",
                   wall_times(pool_plan, reps=50, sync=False, warmup=20),
                   variant="plan_forward (pool, 1 host read)"),
@@ -150,7 +179,10 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
         Row.timed(name, "plan", "cpkv", "host", wall_times(plan_layout),
                   variant="plan_layout (definition)"),
     ]  # fmt: skip
-    rows += plan_parts(name, args, cuda_ops)
+    if "plan" in parts:
+        rows += plan_parts(name, args, cuda_ops) + call_phases(name, args, cuda_ops)
+    if "layer" not in parts:
+        return rows
     plan = plan_forward(*args, ops=cuda_ops)
     block = plan.placement.block
     pool = torch.randint(0, 256, (local_pages, P, LATENT), dtype=torch.uint8, device="cuda")
@@ -221,6 +253,20 @@ def bench_case(name: str, shape: tuple[int, int, int], backends: list[str]) -> l
     return rows
 
 
+def kept_records(path: Path, parts: tuple[str, ...]) -> list[dict]:
+    """The recorded rows at ``path`` of the parts not timed this run, as written (each with its
+    own date, commit and command); the summaries are recomputed."""
+    timed = {phase for part in parts for phase in PARTS[part]} | {"summary"}
+    out = [rec for rec in benchkit.read_rows(path) if rec.get("phase") not in timed]
+    if not out:
+        sys.exit(f"--parts {' '.join(parts)}: {path} holds no rows of the other parts to keep")
+    return out
+
+
+def row_of(rec: dict) -> Row:
+    return Row(**{k: v for k, v in rec.items() if k in Row.__dataclass_fields__})
+
+
 def _p50(rows: list[Row], case: str, phase: str, mode: str, **meta: object) -> float | None:
     for r in rows:
         if (r.case, r.phase, r.mode) == (case, phase, mode) and all(
@@ -251,15 +297,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument(
+        "--parts",
+        nargs="+",
+        default=list(PARTS),
+        choices=list(PARTS),
+        help="what to time: the per-forward plan, the per-layer step (default both)",
+    )
+    ap.add_argument("--keep", type=Path, default=ROOT / "docs/benchmarks/shared-kv-pool.json",
+                    help="with --parts, the record whose rows of the parts not timed are kept "
+                         "(default: the committed one)")  # fmt: skip
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_shared_kv_pool needs a CUDA device (the layer path is timed on the GPU)")
     found = cr.available_backends()
     backends = [b for b in ("torch", "triton", "cuda") if b in found and found[b].available]
-    rows: list[Row] = []
+    parts = tuple(a.parts)
+    kept = [] if set(parts) == set(PARTS) else kept_records(a.keep, parts)
+    new_rows: list[Row] = []
     for name in a.cases:
-        rows += bench_case(name, CASES[name], backends)
+        new_rows += bench_case(name, CASES[name], backends, parts)
         print(f"done {name}", flush=True)
+    rows = [row_of(rec) for rec in kept] + new_rows
     best = backends[-1]
     summary = summaries(rows, best)
     header = ["case", "phase", "path", "mode", "backend / variant", "p50 us", "p20", "p80"]
@@ -276,10 +335,14 @@ def main() -> None:
               f"(goal <= {GOALS['host_us_per_layer']:.0f}; the whole step with SGLang's stores "
               f"and the gather stand-in {s['step_host_us']:.1f} us on {best}): {met}")  # fmt: skip
     env = capture_env("python3 " + " ".join(sys.argv)) | {"cp": N, "rank": RANK}
-    record = [{**asdict(r), **env} for r in rows] + [
-        {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
-        for c, s in summary.items()
-    ]
+    record = (
+        kept
+        + [{**asdict(r), **env} for r in new_rows]
+        + [
+            {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
+            for c, s in summary.items()
+        ]
+    )
     a.out.mkdir(parents=True, exist_ok=True)
     benchkit.write_record(a.out / "shared-kv-pool.json", "shared-kv-pool", record)
     cases = list(summary)

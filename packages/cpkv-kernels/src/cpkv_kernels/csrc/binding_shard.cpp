@@ -56,7 +56,7 @@ std::vector<T> shard_plan_cuda(const T& req_to_token, const T& req_pool_indices,
   pieces.push_back({{bsz}, bsz, at::kLong});                 // 16: rows
   pieces.push_back({{nkept}, nkept, at::kLong});             // 17: kept
   pieces.push_back({{staged_len}, staged_len, at::kLong});   // 18: the host's numbers
-  pieces.push_back({{max_slots}, max_slots});                // 19: gathered (workspace)
+  pieces.push_back({{max_slots}, max_slots});                // 19: category (workspace)
   const int64_t tokens = out_cache_loc.numel();
   pieces.push_back({{max_slots + 1}, max_slots + 1, at::kLong});  // 20: slot_scratch
   pieces.push_back({{max_slots}, max_slots});                      // 21: send_pages

@@ -155,7 +155,7 @@ struct ShardPlanArgs {
   int64_t* rows;         // (B,), written: 0 .. B - 1
   int64_t* kept;         // (K,), written
   int64_t shard_size;    // N <= kMaxShards
-  int32_t* gathered;     // (S,) workspace
+  int32_t* category;     // (S,) workspace: each slot's gather category (owner rank, or N)
   int32_t* order;        // (S,), written
   int32_t* spos;         // (S,), written
   int32_t* host;         // (3 + N,), written: status, used slots, g_0 .. g_{N-1}, block

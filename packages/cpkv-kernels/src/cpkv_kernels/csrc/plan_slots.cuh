@@ -99,9 +99,17 @@ __device__ __forceinline__ void count_pair(const PlanSlotsArgs& a, int64_t f, co
   a.slot_table[f] = bits;
 }
 
+// What number_slots tells its caller of each slot it opens (within capacity): nothing here;
+// shard_plan sorts the slot for the gather there (its category), while the pair is in registers.
+struct IgnoreOpened {
+  __device__ __forceinline__ void operator()(int64_t /*slot*/, int64_t /*f*/, const Pair&) const {}
+};
+
 // Passes 0, 2 and 3 in one block of kPlanThreads, after pass 1 (an earlier kernel).
-template <typename PageT, typename LenT, bool kDedup>
-__device__ __forceinline__ void number_slots(const PlanSlotsArgs& a) {
+// on_opened(slot, f, pair) runs for every slot the block opens that fits the capacity.
+template <typename PageT, typename LenT, bool kDedup, typename OnOpened = IgnoreOpened>
+__device__ __forceinline__ void number_slots(const PlanSlotsArgs& a,
+                                             const OnOpened& on_opened = OnOpened{}) {
   __shared__ int warp_sums[kWarps];
   __shared__ int status;
   __shared__ unsigned long long tokens;
@@ -157,6 +165,7 @@ __device__ __forceinline__ void number_slots(const PlanSlotsArgs& a) {
       if (fits) {
         a.slot_page[next] = static_cast<int32_t>(p[u].page);
         a.slot_owner[next] = p[u].written ? static_cast<int32_t>(p[u].b) : -1;
+        on_opened(next, f0 + u, p[u]);
       }
       ++next;
     }

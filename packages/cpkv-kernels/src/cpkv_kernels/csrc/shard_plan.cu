@@ -5,18 +5,19 @@
 // It is plan_slots' passes (plan_slots.cuh) in two kernels after the inverse's memset:
 // shard_pairs (one pair per thread) reads each request's page from req_to_token at the page's
 // first position, lands the host's numbers (from the kernel's parameters when they fit) and runs
-// pass 1; shard_number (one block of 1,024 threads) numbers the slots (passes 0, 2, 3) and then
-// orders them for the gather, because a stable order is a scan: it marks the slots some request
-// reads history through (gathered), counts each category (gathered on rank r = page % N, or not
-// gathered), then numbers the slots tile by tile in slot order; the rank of a slot among its
-// warp's slots of the same category comes from __match_any_sync, the warps' counts are scanned
-// per category by one thread each and carried from tile to tile, and the all-gather's block (the
-// largest run) is known on the device. shard_place (one thread per output element) then gives
-// each slot its scratch page, this rank's send list, and each current token its request,
-// scratch row and local pool row. Four launches (a memset and three kernels) from one host call,
-// and none waits for the host's read of the counts: separate kernels for the pages, the
-// numbering and the order, a pinned copy and a second call after the read took six launches,
-// a copy and two calls.
+// pass 1; shard_number (one block of 1,024 threads) numbers the slots (passes 0, 2, 3), sorting
+// each slot it opens into its gather category as it goes (gathered on rank r = page % N, or not
+// gathered: known from the opening pair alone) and counting the categories, and then orders the
+// slots for the gather, because a stable order is a scan: tile by tile in slot order, the rank
+// of a slot among its warp's slots of the same category comes from __match_any_sync, the warps'
+// counts are scanned per category by one thread each and carried from tile to tile, and the
+// all-gather's block (the largest run) is known on the device. shard_place (one thread per
+// output element) then gives each slot its scratch page, this rank's send list, and each
+// current token its request, scratch row and local pool row. Four launches (a memset and three
+// kernels) from one host call, and none waits for the host's read of the counts (separate
+// kernels for the pages, the numbering and the order, a pinned copy and a second call after the
+// read took six launches, a copy and two calls). A pass of its own that marked the gathered
+// slots after the numbering cost the one block a second walk over every pair.
 #include "cpkv_common.cuh"
 #include "cpkv_launch.h"
 #include "plan_slots.cuh"
@@ -75,41 +76,39 @@ __global__ void __launch_bounds__(kPairsThreads)
 }
 
 __global__ void __launch_bounds__(kOrderThreads) shard_number_kernel(ShardPlanArgs a) {
-  plan_detail::number_slots<int32_t, int64_t, true>(a.plan);
-  __syncthreads();  // the slots, slot_page and info are the block's own writes: read via L2
-
   __shared__ int start[kMaxShards + 1];  // per category: count, then run start
   __shared__ int carry[kMaxShards + 1];  // per category: slots numbered so far
   __shared__ int warp_count[kOrderWarps][kMaxShards + 1];
   const PlanSlotsArgs& pa = a.plan;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n = static_cast<int>(a.shard_size), cats = n + 1;
+  for (int c = tid; c < cats; c += kOrderThreads) start[c] = 0, carry[c] = 0;
+  __syncthreads();
+  // Each slot's category as the numbering opens it: a slot is gathered when some request reads
+  // history through it (its page j < ceil(prefix / P)). That is every read-only slot (a pair
+  // that does not write is history: j < floor(prefix / P), or the request extends by nothing)
+  // and a written slot whose page also holds the prefix's last rows. Gathered: the rank that
+  // owns the page (page % N); else N. The counts come with it, in shared memory.
+  auto sort_opened = [&](int64_t slot, int64_t f, const plan_detail::Pair& p) {
+    bool gathered = !p.written;
+    if (!gathered) {
+      const int64_t j = f - p.b * pa.width;
+      gathered = j < floordiv(a.staged[p.b] + pa.page_size - 1, pa.page_size);
+    }
+    const int c = gathered ? static_cast<int32_t>(p.page) % n : n;  // a valid page < 2^31
+    a.category[slot] = c;
+    atomicAdd(&start[c], 1);
+  };
+  plan_detail::number_slots<int32_t, int64_t, true>(pa, sort_opened);
+  __syncthreads();  // the categories and info are the block's own writes: read via L2
+
   const int64_t S = pa.max_slots;
   const int32_t used_raw = __ldcg(pa.info + 0), status = __ldcg(pa.info + 1);
   const int64_t used = (status == 0 && used_raw <= S) ? used_raw : 0;  // bad input: identity
-
-  for (int c = tid; c < cats; c += kOrderThreads) start[c] = 0, carry[c] = 0;
-  for (int64_t s = tid; s < S; s += kOrderThreads) a.gathered[s] = 0;
-  __syncthreads();
-  if (used > 0) {  // a slot is gathered when some request reads history (j < ceil(prefix / P))
-    for (int64_t f = tid; f < pa.num_reqs * pa.width; f += kOrderThreads) {
-      const int64_t b = floordiv(f, pa.width), j = f - b * pa.width;
-      if (j < floordiv(a.staged[b] + pa.page_size - 1, pa.page_size)) {
-        const int32_t slot = __ldcg(pa.slot_table + f);
-        if (slot >= 0) a.gathered[slot] = 1;
-      }
-    }
-  }
-  __syncthreads();
-  auto category = [&](int64_t s) -> int {  // the owner rank of a gathered slot, else n
-    return __ldcg(a.gathered + s) ? static_cast<int>(__ldcg(pa.slot_page + s) % n) : n;
-  };
-  for (int64_t s = tid; s < used; s += kOrderThreads) atomicAdd(&start[category(s)], 1);
-  __syncthreads();
   if (tid == 0) {
     int run = 0, block = 0;
     for (int c = 0; c < cats; ++c) {
-      const int count = start[c];
+      const int count = used > 0 ? start[c] : 0;
       start[c] = run;
       run += count;
       if (c < n) a.host[2 + c] = run, block = max(block, count);  // gathered, ranks 0..c
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(kOrderThreads) shard_number_kernel(ShardPlanAr
   for (int64_t t0 = 0; t0 < used; t0 += kOrderThreads) {  // the same trip count in every thread
     for (int i = tid; i < kOrderWarps * cats; i += kOrderThreads) warp_count[i / cats][i % cats] = 0;
     const int64_t s = t0 + tid;
-    const int c = s < used ? category(s) : -1;
+    const int c = s < used ? __ldcg(a.category + s) : -1;
     const unsigned peers = __match_any_sync(0xffffffffu, c);
     const int rank = __popc(peers & ((1u << lane) - 1u));
     __syncthreads();
