@@ -65,6 +65,12 @@ def _quantize(out_q, out_s, out_rope, k_nope, k_rope, *strides, GROUP_SIZE, FP8_
     out_rope.copy_(k_rope)
 
 
+def fp8_quantizer() -> _Launch:
+    """The fp8 quantizing store's stand-in (REPLACEMENTS), as a launchable kernel, for code that
+    installs it on its own (the shared-KV ranks, one process each)."""
+    return _Launch(_quantize)
+
+
 def _dequantize_paged(out, in_q, in_s, in_rope, table, *strides, GROUP_SIZE, DIM_NOPE, **_):
     rows, out = table.long(), out.view(len(table), -1)
     q = in_q[rows].float().view(len(rows), -1, GROUP_SIZE)
@@ -90,7 +96,13 @@ def _empty_mla_schedule(cache_seqlens, **_):
 
 
 class SparseMLA:
-    """Torch sparse MLA in place of FlashMLA's ``flash_mla_sparse_fwd``; keeps each call."""
+    """Torch sparse MLA in place of FlashMLA's ``flash_mla_sparse_fwd``; keeps each call.
+
+    It computes in float64 and rounds once at the end: the tests compare a query's output in a
+    batch with the same query alone, bitwise, and the two calls list different numbers of rows
+    (the width is the call's longest row), so a float32 sum would be blocked differently over
+    the same rows and can round differently on some CPUs (seen on an AMD EPYC runner, not on
+    others); in float64 the order's effect is far below one bf16 step."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -105,13 +117,13 @@ class SparseMLA:
         idx = idx.sort(-1, descending=True).values[:, : max(width, 1)]  # valid entries first
         self.calls.append((kv2, idx))
         valid = idx >= 0
-        rows = kv2[idx.clamp(min=0).long()].float()  # [T, K, 576]
-        s = torch.einsum("thd,tkd->thk", q.float(), rows) * sm_scale
+        rows = kv2[idx.clamp(min=0).long()].double()  # [T, K, 576]
+        s = torch.einsum("thd,tkd->thk", q.double(), rows) * sm_scale
         s = s.masked_fill(~valid[:, None, :], float("-inf"))
         p = torch.nan_to_num(s.softmax(-1), nan=0.0)
         o = torch.einsum("thk,tkd->thd", p, rows[..., :d_v]).to(q.dtype)
         lse = torch.logsumexp(s, -1)
-        return o, s.amax(-1), lse
+        return o, s.amax(-1).float(), lse.float()
 
 
 class InProcessCPGroup:
