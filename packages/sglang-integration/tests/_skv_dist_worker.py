@@ -20,8 +20,15 @@ store kernels, and an unsharded ``DSATokenToKVPool`` as the full-replica referen
 
   1. ``page_interleave_pool.PyNcclCommunicator`` -> :class:`GlooCommunicator` (same
      ``all_gather`` and ``change_state`` interface over the shard group's gloo ``cpu_group``);
-  2. nothing else: the pools' side stream is ``torch.cpu.Stream`` (SGLang picks it for a CPU
-     pool), whose events and waits are no-ops.
+  2. SGLang's fp8 quantizing store kernel (``dsa_quant_k_cache._quantize_k_cache_fast_kernel``)
+     -> the torch stand-in of ``_dsa_stand_ins`` (per-128 amax scale, e4m3 cast, RoPE copied;
+     SGLang's wrapper and byte layout stay). Under Triton's interpreter the kernel writes other
+     fp8 bytes than torch's e4m3 cast, and it took nine tenths of this run (one interpreted
+     program per token and 128 columns); the checks compare the bytes the pools move, written
+     by one quantizer for both pools and the replica, so its numerics do not enter them;
+  3. nothing else: the pools' side stream is ``torch.cpu.Stream`` (SGLang picks it for a CPU
+     pool), whose events and waits are no-ops; SGLang's bf16 store kernel runs in the
+     interpreter.
 
 Cases: ``table`` is ``_skv_shapes.SHAPES`` (plus the forced foreign page); ``scenarios`` is
 every cpkv-validate scenario as SGLang batches it (``_skv_scenarios``). Each rank writes
@@ -437,7 +444,11 @@ def _setup_rank(rank: int, world: int, port: int, options: Options):
     with emulated_gpu((9, 0)):
         publish(resolve(argv, (9, 0)), role="scheduler")
     if backend == "gloo":
+        import sglang.kernels.ops.quantization.dsa_quant_k_cache as quant
+        from _dsa_stand_ins import fp8_quantizer
+
         pip.PyNcclCommunicator = GlooCommunicator  # replacement 1 (see module docstring)
+        quant._quantize_k_cache_fast_kernel = fp8_quantizer()  # replacement 2
     else:
         pip.PyNcclCommunicator = one_communicator_per_group(pip.PyNcclCommunicator)
     ours = pip.PageInterleaveDSATokenToKVPool

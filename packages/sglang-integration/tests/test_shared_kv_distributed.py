@@ -1,16 +1,17 @@
 """cpkv's sharded DSA pool inside SGLang 0.5.23, on CPU under gloo at CP 4 and CP 2.
 
-One subprocess (``_skv_dist_worker.py``, ``TRITON_INTERPRET=1`` so SGLang's Triton store kernels
-run on CPU) starts four ranks; each resolves a GLM-5.1 deployment with SGLang for an emulated
-H200 and loads the plugin with ``CPKV_SHARED_KV=1`` through SGLang's ``load_plugins()``, so
+One subprocess (``_skv_dist_worker.py``, ``TRITON_INTERPRET=1`` so SGLang's Triton bf16 store
+kernel runs on CPU) starts four ranks; each resolves a GLM-5.1 deployment with SGLang for an
+emulated H200 and loads the plugin with ``CPKV_SHARED_KV=1`` through SGLang's ``load_plugins()``, so
 ``PageInterleaveDSATokenToKVPool`` *is* cpkv's subclass. For every shape of
 ``_skv_shapes.SHAPES``, with a bf16 and a packed-fp8 pool, both pool classes write the history
 through their sharded write path, run the extend forward through SGLang's (hooked)
 ``prepare_kv_shard_forward``, and every request reads through the translated page table; the
 reference is SGLang's unsharded ``DSATokenToKVPool`` (history as before the forward, current
-rows as written). The one test double is listed in the worker's docstring (the NCCL
-communicator, replaced by gloo). Slow: the Triton interpreter runs SGLang's store kernels
-(about 10 minutes on an idle 2-core runner; far more on a busy one).
+rows as written). The two test doubles are listed in the worker's docstring (the NCCL
+communicator, replaced by gloo; SGLang's fp8 quantizing store kernel, replaced by its torch
+stand-in). Slow: the Triton interpreter runs SGLang's bf16 store kernel, four ranks share the
+runner's cores.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ bf16 and packed fp8 rows.
   GPUs present; CP sizes from the world down to 2; both case sets, fp8 on every case. The pools
   gather through SGLang's own ``PyNcclCommunicator``: nothing is replaced.
 - On CPU (``slow``): two ranks under ``gloo`` at CP 2 on two scenarios, the same code with the
-  worker's one test double (``GlooCommunicator`` for ``PyNcclCommunicator``).
+  worker's two test doubles (``GlooCommunicator`` for ``PyNcclCommunicator``, and the torch
+  stand-in for SGLang's fp8 quantizing store kernel).
 
 With ``CPKV_MULTIGPU_RESULTS=PATH`` each run writes a JSON record there: ``{"benchmark":
 "shared-kv-multigpu", "env": ..., "rows": [one row per (cp, dtype, case)]}``.
