@@ -18,10 +18,7 @@ SPLITS = ("zigzag", "interleave")
 #: Scenarios in which, with partial pages shared (``--allocator free``), two requests of one
 #: batch list a page that one of them writes with its own, different tokens: the legacy inverse
 #: must be caught in each. Not here: the fresh prompts (nothing shared) and
-#: full_hit_short_extend (the requests writing the shared page all write the same tokens of the
-#: same prompt at the same positions, so a swapped slot holds the same KV up to rounding; with
-#: zigzag the copies round alike and nothing differs, with interleave the audit's bitwise check
-#: still sees the foreign slot).
+#: full_hit_short_extend (MAY_CATCH).
 LEGACY_CATCHES = {
     "shared_prefix_pages",
     "cache_miss_mixed",
@@ -35,6 +32,12 @@ LEGACY_CATCHES = {
     "two_prefix_chains",
     "page_boundary_lengths",
 }
+#: The requests writing the shared page all write the same tokens of the same prompt at the same
+#: positions, so a swapped slot holds the same KV up to rounding: the audit's bitwise check sees
+#: the foreign slot only where the copies round differently. With zigzag they rounded alike on
+#: the runners this was written on, and differently at cp 1 on an AMD EPYC runner; caught or not,
+#: the test accepts either.
+MAY_CATCH = {"full_hit_short_extend"}
 
 
 @functools.cache
@@ -75,9 +78,9 @@ def test_per_request_layout_matches_batch_size_1(cp, split, allocator):
 def test_legacy_inverse_reports_contamination_and_its_source(cp):
     results = _runs(cp)[("zigzag", "free", "legacy")]
     caught = {s.name for s in results if not s.ok}
-    assert caught == LEGACY_CATCHES, sorted(caught ^ LEGACY_CATCHES)
+    assert LEGACY_CATCHES <= caught <= LEGACY_CATCHES | MAY_CATCH, sorted(caught ^ LEGACY_CATCHES)
     for s in results:
-        if s.name in LEGACY_CATCHES:
+        if s.name in caught:
             assert s.shared_written_pages > 0 and s.legacy_conflicts > 0, s.name
         names = {r.request for r in s.requests}
         for r in s.requests:
