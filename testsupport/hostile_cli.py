@@ -5,6 +5,8 @@
   ``os.posix_spawn``, ``os.exec``, ``os.system``, ``subprocess.Popen``, ...) and the live children
   of this process counted from /proc before and after.
 - :func:`tree`: a directory's files with size, mtime and mode, to compare before and after.
+- :func:`run_into_closed_pipe`: ``python -m MODULE`` with stdout a pipe whose reader is gone
+  before the first write (what ``| head`` does), for the quiet-on-EPIPE checks.
 - :func:`run_measured`: the CLI in a fresh interpreter, with its peak RSS (``VmHWM`` of its own
   address space, read by the child as it exits: a child's ``ru_maxrss`` would include the pytest
   process it was forked from) and its spawns logged by the same audit hook; an address-space
@@ -202,3 +204,23 @@ def run_measured(
     )
     print(run, f"\npeak RSS {run.maxrss_kib} KiB")
     return run
+
+
+def run_into_closed_pipe(
+    module: str, *argv: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``python -m module argv...`` with stdout a pipe whose reader closed before the first
+    write (so every write fails with EPIPE); stderr captured as text."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", module, *argv],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+    finally:
+        os.close(w)

@@ -33,7 +33,13 @@ from cpkv_validate import refserver, scenario_names
 from cpkv_validate._cli_io import CliInputError, check_url
 from cpkv_validate._limits import MAX_CP_CPU
 from cpkv_validate.cli import main
-from hostile_cli import TORCH_ADDRESS_SPACE, run_in_process, run_measured, tree
+from hostile_cli import (
+    TORCH_ADDRESS_SPACE,
+    run_in_process,
+    run_into_closed_pipe,
+    run_measured,
+    tree,
+)
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -319,20 +325,7 @@ def test_refserver_refuses_a_taken_port():
 
 # Pipes ------------------------------------------------------------------------------------------
 def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
-    """Run with stdout a pipe whose reader closed before the first write (EPIPE on write)."""
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "cpkv_validate", *argv],
-            stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-    finally:
-        os.close(w)
+    return run_into_closed_pipe("cpkv_validate", *argv)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from deepgemm_compat import InputError
 from deepgemm_compat._bounds import MAX_KERNELS, PLAN_BYTES
 from deepgemm_compat.cli import main
 from deepgemm_compat.warmup import CPSetup, GemmShape, KernelType, glm51_shapes, plan_warmup
-from hostile_cli import run_in_process, run_measured, tree
+from hostile_cli import run_in_process, run_into_closed_pipe, run_measured, tree
 
 DENSE = KernelType.GEMM_NT_F8F8BF16
 OFF_RULE = "only -1 turns chunked prefill off: SGLang 0.5.23's scheduler"
@@ -274,20 +274,7 @@ def test_counts_read_right(workdir):
 
 # Pipes -----------------------------------------------------------------------------------------
 def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
-    """Run with stdout a pipe whose reader closed before the first write (EPIPE on write)."""
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "deepgemm_compat", *argv],
-            stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-            timeout=600,
-        )
-    finally:
-        os.close(w)
+    return run_into_closed_pipe("deepgemm_compat", *argv, timeout=600)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from _glmcfg_fixtures import raw
 from glm_config.cli import main
-from hostile_cli import run_in_process, run_measured, tree
+from hostile_cli import run_in_process, run_into_closed_pipe, run_measured, tree
 
 
 def _glm(**changes: object) -> str:
@@ -271,19 +271,7 @@ def test_hostile_sizes_stay_small(hostile_dir, tmp_path_factory, baseline_rss, a
 
 # Pipes --------------------------------------------------------------------------------------------
 def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
-    r, w = os.pipe()
-    os.close(r)  # the reader is gone before the first write
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "glm_config", *argv],
-            stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-    finally:
-        os.close(w)
+    return run_into_closed_pipe("glm_config", *argv)
 
 
 def test_closed_stdout_is_quiet_and_set_still_writes(hostile_dir):

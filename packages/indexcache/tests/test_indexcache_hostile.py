@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile_cli import run_in_process, run_measured, tree
+from hostile_cli import run_in_process, run_into_closed_pipe, run_measured, tree
 from indexcache.cli import main
 
 LAYERS_CAP = "a schedule holds at most 4096 layers"
@@ -217,20 +217,7 @@ def test_the_largest_allowed_schedule_runs():
 
 # Pipes -------------------------------------------------------------------------------------------
 def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
-    """Run with stdout a pipe whose reader closed before the first write (EPIPE on write)."""
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "indexcache", *argv],
-            stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-    finally:
-        os.close(w)
+    return run_into_closed_pipe("indexcache", *argv)
 
 
 @pytest.mark.parametrize(
