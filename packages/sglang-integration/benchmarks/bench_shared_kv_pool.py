@@ -23,8 +23,9 @@ latent rows of 656 B and indexer pages of 8,448 B):
 
 Prints one table and the headline (plan goal <= 100 us, host <= 30 us per layer), writes
 ``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out`` through benchkit. Needs CUDA.
-``--parts plan`` times the plan alone (about a tenth of the run) and keeps the layer rows of
-``--keep`` (a record an earlier run wrote; each row carries its own date and commit).
+The rows merge into ``--merge`` (default: the committed record) through benchkit: a row not
+measured again is kept as recorded, with its own date and command, so ``--parts plan`` (the plan
+alone, about a tenth of the run) keeps the per-layer rows of an earlier run.
 
     PYTHONPATH=$(printf '%s:' packages/*/src tools/benchkit/src) \
         python3 packages/sglang-integration/benchmarks/bench_shared_kv_pool.py --out OUT
@@ -66,6 +67,8 @@ from sglang_cpkv.shared_kv import (  # noqa: E402
 GOALS = {"plan_us": 100.0, "host_us_per_layer": 30.0}
 PACKS = "cpkv ops per layer (both packs)"
 PARTS = {"plan": ("plan", "plan-part"), "layer": ("layer", "layer-op")}
+#: what names one measurement of this benchmark (benchkit.merge_rows adds the device)
+KEY = ("case", "phase", "path", "mode", "meta")
 N, RANK = 8, 3
 LATENT, INDEX = 656, 8448
 CASES = {"8x65536+2048": (8, 65536, 2048), "8x16384+2048": (8, 16384, 2048),
@@ -265,14 +268,16 @@ def bench_case(
     return rows
 
 
-def kept_records(path: Path, parts: tuple[str, ...]) -> list[dict]:
-    """The recorded rows at ``path`` of the parts not timed this run, as written (each with its
-    own date, commit and command); the summaries are recomputed."""
-    timed = {phase for part in parts for phase in PARTS[part]} | {"summary"}
-    out = [rec for rec in benchkit.read_rows(path) if rec.get("phase") not in timed]
-    if not out:
-        sys.exit(f"--parts {' '.join(parts)}: {path} holds no rows of the other parts to keep")
-    return out
+def recorded_rows(path: Path, parts: tuple[str, ...]) -> list[dict]:
+    """The rows recorded at ``path`` without their summaries (recomputed from the merge); with
+    only some parts timed, they must hold the others."""
+    recorded = [rec for rec in benchkit.read_rows(path) if rec.get("phase") != "summary"]
+    missing = [p for p in PARTS if p not in parts
+               and not any(rec.get("phase") in PARTS[p] for rec in recorded)]  # fmt: skip
+    if missing:
+        sys.exit(f"--parts {' '.join(parts)}: {path} holds no {' or '.join(missing)} rows to "
+                 f"keep; time every part, or --merge a record that has them")  # fmt: skip
+    return recorded
 
 
 def row_of(rec: dict) -> Row:
@@ -316,21 +321,24 @@ def main() -> None:
         choices=list(PARTS),
         help="what to time: the per-forward plan, the per-layer step (default both)",
     )
-    ap.add_argument("--keep", type=Path, default=ROOT / "docs/benchmarks/shared-kv-pool.json",
-                    help="with --parts, the record whose rows of the parts not timed are kept "
-                         "(default: the committed one)")  # fmt: skip
+    ap.add_argument("--merge", type=Path, default=ROOT / "docs/benchmarks/shared-kv-pool.json",
+                    help="JSON whose rows not measured again are kept (default: the committed "
+                         "record)")  # fmt: skip
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_shared_kv_pool needs a CUDA device (the layer path is timed on the GPU)")
     found = cr.available_backends()
     backends = [b for b in ("torch", "triton", "cuda") if b in found and found[b].available]
     parts = tuple(a.parts)
-    kept = [] if set(parts) == set(PARTS) else kept_records(a.keep, parts)
+    recorded = recorded_rows(a.merge, parts)
     new_rows: list[Row] = []
     for name in a.cases:
         new_rows += bench_case(name, CASES[name], backends, parts)
         print(f"done {name}", flush=True)
-    rows = [row_of(rec) for rec in kept] + new_rows
+    env = capture_env("python3 " + " ".join(sys.argv)) | {"cp": N, "rank": RANK}
+    merged = benchkit.merge_rows(recorded, [{**asdict(r), **env} for r in new_rows], KEY)
+    here = benchkit.device_label(env)  # the table, summary and plot: this device's rows
+    rows = [row_of(rec) for rec in merged if benchkit.device_label(rec) == here]
     best = backends[-1]
     summary = summaries(rows, best)
     header = ["case", "phase", "path", "mode", "backend / variant", "p50 us", "p20", "p80"]
@@ -346,15 +354,10 @@ def main() -> None:
               f"{GOALS['plan_us']:.0f}), cpkv ops {s['host_us_per_layer']:.1f} us/layer host "
               f"(goal <= {GOALS['host_us_per_layer']:.0f}; the whole step with SGLang's stores "
               f"and the gather stand-in {s['step_host_us']:.1f} us on {best}): {met}")  # fmt: skip
-    env = capture_env("python3 " + " ".join(sys.argv)) | {"cp": N, "rank": RANK}
-    record = (
-        kept
-        + [{**asdict(r), **env} for r in new_rows]
-        + [
-            {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
-            for c, s in summary.items()
-        ]
-    )
+    record = merged + [
+        {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
+        for c, s in summary.items()
+    ]
     a.out.mkdir(parents=True, exist_ok=True)
     benchkit.write_record(a.out / "shared-kv-pool.json", "shared-kv-pool", record)
     cases = list(summary)
