@@ -160,7 +160,7 @@ def cuda_stand_ins(monkeypatch: Any) -> Iterator[SparseMLA]:
         getattr(kernel, "fn", kernel)))  # fmt: skip
     monkeypatch.setattr(topk_v2, "plan_topk_v2", _empty_plan)
     monkeypatch.setattr(topk_v2, "topk_transform_ragged_v2", _topk_ragged)
-    monkeypatch.setattr(quant, "_quantize_k_cache_fast_kernel", _Launch(_quantize))
+    monkeypatch.setattr(quant, "_quantize_k_cache_fast_kernel", fp8_quantizer())
     monkeypatch.setattr(dequant, "_dequantize_k_cache_paged_kernel", _Launch(_dequantize_paged))
     mla = SparseMLA()
     monkeypatch.setitem(sys.modules, "sglang.kernels.ops.attention.flash_mla_interface",
