@@ -34,7 +34,7 @@ def test_with_sharding_adds_sglang_flag_once():
 
 def test_shared_kv_hooks_only_when_enabled():
     names = [s.name for s in SHARED_KV_SPECS]
-    assert names == ["shared-kv-pool", "shared-kv-plan", "shared-kv-gate"]
+    assert names == ["shared-kv-pool", "shared-kv-plan", "shared-kv-pool-check", "shared-kv-gate"]
     assert [s.name for s in enabled_specs(env={})] == [s.name for s in SPECS]
     on = [s.name for s in enabled_specs(env={SHARED_KV_ENV: "1"})]
     assert on == [*(s.name for s in SPECS), *names]

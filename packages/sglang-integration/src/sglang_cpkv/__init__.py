@@ -14,6 +14,7 @@ from sglang_cpkv.errors import (
     HookDriftError,
     PluginRefused,
     SharedKVError,
+    StartRefused,
     UnsupportedSGLangError,
 )
 from sglang_cpkv.plugin import activate, load, registered_hooks
@@ -33,5 +34,6 @@ __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     "HookDriftError",
     "PluginRefused",
     "SharedKVError",
+    "StartRefused",
     "UnsupportedSGLangError",
 ]

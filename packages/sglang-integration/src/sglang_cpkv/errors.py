@@ -7,6 +7,8 @@ CpkvSGLangError
  ├── DsaBackendError(ValueError)           DSA prefill/decode backends cannot share the KV pool
  └── SharedKVError(ValueError)             --cpkv-shared-kv cannot serve this deployment
 PluginRefused(SystemExit)                  what the entry point raises for any of the above
+StartRefused(SystemExit)                   stops an SGLang process before it serves (a hook did
+                                           not take, SGLang built another KV pool than ours)
 ```
 
 ``sglang.srt.plugins.load_plugins()`` logs and swallows every ``Exception`` a plugin raises and
@@ -46,3 +48,12 @@ class PluginRefused(SystemExit):
 
 class SharedKVError(CpkvSGLangError, ValueError):
     """``--cpkv-shared-kv`` cannot serve this deployment (the message lists every reason)."""
+
+
+class StartRefused(SystemExit):
+    """Stops an SGLang process before it serves: a registered hook did not take, or the KV pool
+    SGLang built is not the one ``--cpkv-shared-kv`` installs. A ``SystemExit``, so neither
+    ``load_plugins()`` nor a scheduler's ``except Exception`` turns it into a logged warning."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"sglang-cpkv stopped SGLang before serving: {message}")

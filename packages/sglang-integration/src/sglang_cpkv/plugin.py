@@ -3,9 +3,13 @@
 SGLang's ``load_plugins()`` runs :func:`load` in the launcher, in ``Engine.__init__`` and at the
 start of every scheduler (and detokenizer / DP controller) process, then calls
 ``HookRegistry.apply_hooks()``. :func:`load` checks the sglang version, checks every hook target's
-signature, and only then registers the hooks, so a refusal leaves SGLang unpatched. It raises
+signature (and, for the shared-KV hooks, the private SGLang names the pool relies on), and only
+then registers the hooks, so a refusal leaves SGLang unpatched. It raises
 :class:`~sglang_cpkv.errors.PluginRefused` (a ``SystemExit``) on refusal, because
 ``load_plugins()`` logs and swallows ordinary exceptions and would serve without the fixes.
+``apply_hooks`` swallows failures too, so :func:`load` also makes every later ``apply_hooks``
+of the process check that each registered hook took (``hooks._applied``) and stop the process
+with :class:`~sglang_cpkv.errors.StartRefused` when one did not.
 
 Env vars:
     ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
@@ -22,7 +26,7 @@ import logging
 import os
 
 from sglang_cpkv._version_guard import check_sglang_version
-from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused
+from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused, StartRefused
 
 logger = logging.getLogger("sglang_cpkv")
 
@@ -32,6 +36,8 @@ DISABLE_ENV = "CPKV_DISABLE_HOOKS"
 SHARED_KV_ENV = "CPKV_SHARED_KV"
 
 _registered: tuple[str, ...] | None = None
+#: (spec, registered object) of every hook :func:`load` registered in this process
+_hooks: list[tuple] = []
 
 
 def enabled_specs(env: dict[str, str] | None = None) -> tuple:
@@ -74,13 +80,59 @@ def load() -> None:
             return
         for spec in specs:  # all checks before the first registration
             check_target(spec)
+        if any(s.name.startswith("shared-kv") for s in specs):
+            _check_private_surface(version)
         for spec in specs:
-            register(spec)
+            _hooks.append((spec, register(spec)))
     except CpkvSGLangError as err:
-        logger.critical("sglang-cpkv plugin refused to load: %s", err)
+        _log_refusal("sglang-cpkv plugin refused to load: %s", err)
         raise PluginRefused(str(err)) from err
+    from sglang_cpkv.hooks._applied import verify_after_apply
+
+    verify_after_apply(check_hooks_took)
     _registered = (*(_registered or ()), *(s.name for s in specs))
     logger.info("sglang-cpkv plugin loaded on sglang %s: hooks %s", version, ", ".join(_registered))
+
+
+def _log_refusal(fmt: str, message: object) -> None:
+    """Log a refusal where the process has logging set up (SGLang's processes do); without a
+    handler the ``SystemExit`` that follows prints the same one line, so do not print it twice."""
+    if logger.hasHandlers():
+        logger.critical(fmt, message)
+
+
+def _check_private_surface(version: str) -> None:
+    from sglang_cpkv.shared_kv._surface import private_surface_problems
+
+    problems = private_surface_problems()
+    if problems:
+        raise HookDriftError(
+            f"--cpkv-shared-kv relies on private names of SGLang's sharded pool that moved in "
+            f"sglang {version}: {'; '.join(problems)}. Fix: install sglang 0.5.23, or run "
+            f"without --cpkv-shared-kv (SGLang's own sharding), or update sglang-integration."
+        )
+
+
+def check_hooks_took() -> None:
+    """After ``HookRegistry.apply_hooks()``: every hook this process registered took.
+
+    Raises:
+        StartRefused: a hook did not apply (SGLang logged why, and would serve without it).
+    """
+    from sglang_cpkv._version_guard import installed_sglang_version
+    from sglang_cpkv.hooks._applied import not_applied
+
+    missing = not_applied(_hooks)
+    if missing:
+        message = (
+            f"hook {missing[0]} did not take on sglang {installed_sglang_version()} "
+            f"({len(missing)} of {len(_hooks)} hooks did not; HookRegistry.apply_hooks logged "
+            f"why above) and SGLang would serve its own code there. Fix: remove the plugin "
+            f"whose hook on that target SGLang refused, install sglang 0.5.23, or disable the "
+            f"hook by name in CPKV_DISABLE_HOOKS."
+        )
+        _log_refusal("sglang-cpkv stopped SGLang before serving: %s", message)
+        raise StartRefused(message)
 
 
 def registered_hooks() -> tuple[str, ...]:

@@ -174,13 +174,18 @@ def check_target(spec: HookSpec) -> Any:
     return value
 
 
-def register(spec: HookSpec) -> None:
+def register(spec: HookSpec) -> Any:
     """Check ``spec``'s target and register its hook with SGLang's ``HookRegistry``.
 
     The registry applies it at ``HookRegistry.apply_hooks()`` (called by ``load_plugins()``).
+
+    Returns:
+        The object registered (for a lazy spec, what its loader returned), so the plugin can
+        check after ``apply_hooks`` that the target now calls it (``hooks._applied``).
     """
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     check_target(spec)
     hook = spec.hook() if spec.lazy else spec.hook
     HookRegistry.register(spec.target, hook, HookType[spec.kind.upper()])
+    return hook

@@ -16,6 +16,7 @@ from sglang_cpkv.hooks.indexcache_overrides import (
 )
 from sglang_cpkv.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
 from sglang_cpkv.shared_kv._hooks import (
+    check_built_pool,
     pool_class,
     prepare_with_request_plan,
     validate_with_cpkv_gate,
@@ -108,6 +109,15 @@ SHARED_KV_SPECS: tuple[HookSpec, ...] = (
         params=("pool", "req_to_token", "forward_batch"),
         hook=prepare_with_request_plan,
         why="plan the per-request scratch once per forward, from the whole batch",
+    ),
+    HookSpec(
+        name="shared-kv-pool-check",
+        target="sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+        "._build_token_to_kv_pool",
+        kind="after",
+        params=("self", "*", "sizes", "is_dsa_model", "is_dsv4_model", "req_to_token_pool"),
+        hook=check_built_pool,
+        why="stop the scheduler if the sharded DSA pool SGLang built is not cpkv's",
     ),
     HookSpec(
         name="shared-kv-gate",

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["BatchScratch", "ScratchSpec", "batch_scratch", "capacity_report", "tokens_per_rank"]
+__all__ = [
+    "BatchScratch",
+    "ScratchSpec",
+    "batch_scratch",
+    "capacity_report",
+    "inverse_bound",
+    "tokens_per_rank",
+]
 
 GIB = 1 << 30
 #: SGLang's ``_KV_SHARD_SCRATCH_PREFIX_CONTEXTS``: full-context prefixes the scratch holds.
@@ -158,9 +165,24 @@ def tokens_per_rank(
     }
 
 
+def inverse_bound(
+    requests: int | None, rows_per_rank: int, shard_size: int, page_size: int
+) -> dict:
+    """The per-request page inverse one forward allocates, at most.
+
+    ``inverse[b, page]`` (int32) spans every logical page of the sharded pool, ``N * (rows / P +
+    1)`` (the pool's ``cpkv_num_pages``), for each of the forward's requests; SGLang admits at
+    most ``max_running_requests`` into a batch and the pool refuses a larger one. ``requests``
+    is None when SGLang sizes that limit at start-up (no ``--max-running-requests``).
+    """
+    pages = shard_size * (rows_per_rank // page_size + 1)
+    return {"requests": requests, "logical_pages": pages, "bytes_per_request": pages * 4,
+            "bytes": None if requests is None else requests * pages * 4}  # fmt: skip
+
+
 def capacity_report(
     spec: ScratchSpec, *, layers: int, index_layers: int, budget_bytes: float | None,
-    batch: tuple[int, int, int],
+    batch: tuple[int, int, int], max_running_requests: int | None = None,
 ) -> dict[str, object]:  # fmt: skip
     """The dry run's capacity section (JSON-serialisable)."""
     token_bytes = layers * spec.latent_bytes + index_layers * spec.index_bytes
@@ -185,4 +207,11 @@ def capacity_report(
         out["tokens"] = tokens_per_rank(
             budget_bytes, token_bytes, spec.scratch_bytes, spec.shard_size
         )
+    # per GiB of KV budget when the budget is unknown
+    rows = (out["tokens"]["sharded_rows_per_rank"] if budget_bytes is not None  # type: ignore[index]
+            else GIB // token_bytes)  # fmt: skip
+    out["inverse"] = {
+        **inverse_bound(max_running_requests, rows, spec.shard_size, spec.page_size),
+        "per_gib_of_budget": budget_bytes is None,
+    }
     return out

@@ -11,12 +11,15 @@ the all-gather on the host. The lookups below are what SGLang's pool methods cal
 they use only tensors of the plan (no host sync), and each distinct table is translated once
 per forward.
 
-Which request a row belongs to:
+Which request a row belongs to is given by the forward batch, never guessed from a shape:
 
 - a 1-D location tensor is the batch's ``out_cache_loc`` (its tokens' requests are
   ``token_req``); at batch size 1 any 1-D tensor belongs to request 0;
-- a 2-D table (the attention page table, the indexer's page table) has one row per request:
-  all ``B`` requests, or under interleave CP the ``bs_idx`` requests this rank keeps rows for.
+- a 2-D table (the attention page table, the indexer's page table) has one row per request of
+  :attr:`ForwardScratch.table_req`: the ``bs_idx`` requests this rank keeps rows for when the
+  batch is split by interleave CP (``kept_rows``), else all ``B``. SGLang's DSA backend builds
+  both tables from ``page_table[bs_idx]`` (``init_forward_metadata``); a table with any other
+  row count is refused (:class:`TranslationError`), not matched by its length.
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ class ForwardScratch:
         token_req: (T,) int64 request of each current token.
         cur_rows: (T,) int64 scratch row of each current token (its request's private slot).
         local_rows: (T,) int64 local pool row each token persists to (page 0 when not owned).
-        row_req: number of rows -> (R,) int64 request of each row of a 2-D table.
+        table_req: (R,) int64 request of each row of the forward's 2-D tables (the kept rows
+            under interleave CP, else ``0 .. B - 1``).
         remap: ``cpkv_runtime``'s ``remap_locs`` op (pool locations -> dense locations through
             the per-request inverse), resolved with the plan's ops.
         stage_after_gather: some page holds history *and* current rows of one request (a prefix
@@ -76,7 +80,7 @@ class ForwardScratch:
     token_req: torch.Tensor
     cur_rows: torch.Tensor
     local_rows: torch.Tensor
-    row_req: dict[int, torch.Tensor]
+    table_req: torch.Tensor
     remap: Callable[..., torch.Tensor]
     stage_after_gather: bool = False
     _cache: dict[tuple, torch.Tensor] = field(default_factory=dict)
@@ -110,15 +114,16 @@ class ForwardScratch:
             return self.local_rows
         return owned_local_rows(loc, geo.page_size, geo.shard_size, geo.shard_rank)
 
-    def _rows_of(self, n: int, what: str) -> torch.Tensor:
-        req = self.row_req.get(n)
-        if req is None:
+    def _table_requests(self, n: int, what: str) -> torch.Tensor:
+        """The request of each of a table's ``n`` rows (:attr:`table_req`)."""
+        if n != self.table_req.shape[0]:
             raise TranslationError(
-                f"{what} has {n} rows, but this forward's tables have one row per request "
-                f"({sorted(self.row_req)} rows); a per-request scratch lookup needs the request "
-                f"of every row. Fix: translate page tables built from this batch's requests"
+                f"{what} has {n} rows, but this forward's tables have one row per request it "
+                f"keeps ({self.table_req.shape[0]} of {self.batch_size}); a per-request scratch "
+                f"lookup needs the request of every row. Fix: translate page tables built "
+                f"from this batch's kept requests (page_table[bs_idx])"
             )
-        return req
+        return self.table_req
 
     def translate(self, loc: torch.Tensor) -> torch.Tensor:
         """Pool (logical) locations -> scratch rows, each by its own request.
@@ -137,7 +142,7 @@ class ForwardScratch:
         if hit is not None:
             return hit
         if loc.dim() == 2:
-            req = self._rows_of(loc.shape[0], "the page table")
+            req = self._table_requests(loc.shape[0], "the page table")
         elif loc.dim() == 1 and self.batch_size == 1:
             req = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
         else:
@@ -162,7 +167,7 @@ class ForwardScratch:
             raise TranslationError(
                 f"indexer page table must be 2-D (one row per request), got {tuple(pages.shape)}"
             )
-        req = self._rows_of(pages.shape[0], "the indexer page table")
+        req = self._table_requests(pages.shape[0], "the indexer page table")
         inverse = self.placement.inverse
         slot = inverse[req.unsqueeze(1), pages.long().clamp(0, inverse.shape[1] - 1)]
         out = self.placement.slot_scratch[slot.long()]
@@ -348,12 +353,7 @@ def finish_forward(
             f"raise the scratch (longer --context-length budget or --chunked-prefill-size) or "
             f"send fewer long prefixes per batch"
         )
-    row_req = {len(draft.prefix): rows}
-    if draft.kept is not None:
-        row_req.setdefault(len(draft.kept), kept)
-    # Per-token tables (one row per query token). Every extend holds >= 1 token, so T == B only
-    # when each request extends by one (token_req == arange), and T >= B > len(kept) otherwise.
-    row_req.setdefault(cur_rows.shape[0], token_req)
+    table_req = rows if draft.kept is None else kept
     placement = ScratchPlacement(inverse, p, used, slot_scratch, block, owned, num_fresh,
                                  send_pages[:block], partial(draft.layout, used))  # fmt: skip
     return ForwardScratch(
@@ -362,7 +362,7 @@ def finish_forward(
         token_req=token_req,
         cur_rows=cur_rows,
         local_rows=local_rows,
-        row_req=row_req,
+        table_req=table_req,
         remap=draft.ops.remap,
         stage_after_gather=any(
             q % p and e for q, e in zip(draft.prefix, draft.extend, strict=True)

@@ -7,7 +7,9 @@
 - :func:`prepare_with_request_plan`: AROUND ``prepare_kv_shard_forward``, which sees the whole
   ``ForwardBatch`` (``out_cache_loc``, CP split) that ``begin_shard_extend`` does not;
 - :func:`validate_with_cpkv_gate`: AROUND ``validate_kv_shard_attention_backend``; DSA models
-  go through :mod:`._gate` instead of SGLang's ``trtllm``-only check, others through SGLang's.
+  go through :mod:`._gate` instead of SGLang's ``trtllm``-only check, others through SGLang's;
+- :func:`check_built_pool`: AFTER ``KVCacheConfigurator._build_token_to_kv_pool`` (target and MTP
+  draft pools): a sharded DSA pool SGLang built must be cpkv's, or the scheduler stops.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from sglang_cpkv._decisions import record
-from sglang_cpkv.errors import SharedKVError
+from sglang_cpkv.errors import SharedKVError, StartRefused
 from sglang_cpkv.shared_kv._gate import GateInput, gate_refusals
 
 __all__ = [
+    "check_built_pool",
     "pool_class",
     "prepare_with_request_plan",
     "ragged_fix_active",
@@ -37,6 +40,33 @@ def pool_class() -> type:
     from sglang_cpkv.shared_kv._pool import CpkvSharedKVPool
 
     return CpkvSharedKVPool
+
+
+def check_built_pool(pool: Any, configurator: Any, **_: Any) -> None:
+    """AFTER ``_build_token_to_kv_pool(self, *, sizes, is_dsa_model, is_dsv4_model,
+    req_to_token_pool)``: under ``--cpkv-shared-kv`` a sharded DSA pool must be cpkv's.
+
+    The class REPLACE of ``PageInterleaveDSATokenToKVPool`` is checked after ``apply_hooks``
+    (``hooks._applied``); this is the check on what SGLang then actually constructed, in the
+    scheduler, before the first request.
+
+    Raises:
+        StartRefused: SGLang built a sharded DSA pool that is not ``CpkvSharedKVPool``.
+    """
+    from sglang.srt.mem_cache.page_interleave_pool import PageInterleaveKVPoolMixin
+
+    sharded = isinstance(pool, PageInterleaveKVPoolMixin) or (
+        getattr(configurator, "kv_shard_rank", None) is not None
+    )
+    dsa = hasattr(pool, "index_key_cache")
+    if sharded and dsa and not getattr(type(pool), "cpkv_shared_kv", False):
+        raise StartRefused(
+            f"--cpkv-shared-kv is on but SGLang built a {type(pool).__qualname__} "
+            f"({type(pool).__module__}) for the sharded DSA KV cache, not cpkv's "
+            f"CpkvSharedKVPool: the per-request scratch is not in place. Fix: check that no "
+            f"other plugin replaces PageInterleaveDSATokenToKVPool, or run without "
+            f"--cpkv-shared-kv."
+        )
 
 
 def prepare_with_request_plan(

@@ -41,14 +41,17 @@ import torch
 from sglang.srt.mem_cache import page_interleave_pool as _pip
 from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
 
+from sglang_cpkv.errors import StartRefused
 from sglang_cpkv.shared_kv._forward import ForwardScratch, ShardOps, plan_forward, shard_ops
 from sglang_cpkv.shared_kv._plan import (
+    ScratchCapacityError,
     ScratchGeometry,
     current_locs,
     interleave_kept_rows,
     owned_local_rows,
     pack_launcher,
 )
+from sglang_cpkv.shared_kv._surface import missing_state
 
 __all__ = ["CpkvIndexKeyCache", "CpkvSharedKVPool"]
 
@@ -98,6 +101,13 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
 
     def __init__(self, *args: Any, shard_spec: Any, shard_group: Any, **kwargs: Any) -> None:
         super().__init__(*args, shard_spec=shard_spec, shard_group=shard_group, **kwargs)
+        missing = missing_state(self)
+        if missing:  # SGLang's constructor no longer sets what the per-layer path reads
+            raise StartRefused(
+                f"SGLang's sharded DSA pool no longer sets {', '.join(missing)}, which "
+                f"CpkvSharedKVPool reads; refusing to serve with a pool that would fail "
+                f"mid-forward. Fix: install sglang 0.5.23 or run without --cpkv-shared-kv."
+            )
         ps = shard_spec.page_size
         self.cpkv_geometry = ScratchGeometry(
             page_size=ps,
@@ -108,6 +118,9 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
         )
         # Logical page l lives on rank l % N as local page l // N < size / P + 1.
         self.cpkv_num_pages = shard_spec.shard_size * (self.size // ps + 1)
+        # The plan's per-request inverse is (B, cpkv_num_pages) int32: B is bounded by SGLang's
+        # max_running_requests (the pool builders pass it; None where a builder does not).
+        self.cpkv_max_requests: int | None = kwargs.get("max_running_requests")
         self.cpkv_forward: ForwardScratch | None = None
         # The plan's two ops and the page copy, resolved at the first forward (CUDA > Triton >
         # torch, CPKV_BACKEND) and kept: the per-layer packs call the backend's bare launcher
@@ -161,6 +174,15 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
         out_cache_loc: torch.Tensor | None = None,
         kept_rows: list[int] | None = None,
     ) -> None:
+        if self.cpkv_max_requests is not None and len(prefix_lens) > self.cpkv_max_requests:
+            raise ScratchCapacityError(
+                f"this batch has {len(prefix_lens)} requests, but the per-request page inverse "
+                f"is bounded at max_running_requests = {self.cpkv_max_requests} requests x "
+                f"{self.cpkv_num_pages} logical pages x 4 B = "
+                f"{self.cpkv_max_requests * self.cpkv_num_pages * 4:,} B per forward "
+                f"(cpkv-serve --dry-run shows it); SGLang admits no more requests than "
+                f"that. Fix: raise --max-running-requests or schedule fewer requests per batch"
+            )
         if out_cache_loc is None:
             out_cache_loc = current_locs(req_to_token, req_pool_indices, prefix_lens, seq_lens)
         if self._cpkv_ops is None:

@@ -100,9 +100,18 @@ def shared_kv_section(server_args: Any, capability: tuple[int, int] | None, args
             index_layers=effective_schedule(hf).num_full,
             budget_bytes=budget,
             batch=tuple(args.scratch_batch),
+            max_running_requests=_int_or_none(get("max_running_requests")),
         ),
     }
     return section
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _size(b: int) -> str:
+    return _mib(b) if b >= 1 << 20 else f"{b / 1024:,.1f} KiB"
 
 
 def _mib(b: int) -> str:
@@ -156,5 +165,22 @@ def render_shared_kv(s: dict) -> str:
             f"--model-path); per GiB of KV budget a rank holds {per_gib:,} rows either way: "
             f"replicated they cache {per_gib:,} tokens, sharded "
             f"{per_gib * s['scratch']['shard_size']:,} (after the scratch above)"
+        )
+    inv = s["inverse"]
+    scope = " per GiB of KV budget" if inv["per_gib_of_budget"] else ""
+    per_request = (
+        f"{inv['logical_pages']:,} logical pages x 4 B ({_size(inv['bytes_per_request'])})"
+    )
+    if inv["requests"] is None:
+        out.append(
+            f"  per-request page inverse{scope}: {per_request} per request of a forward, up to "
+            f"SGLang's max_running_requests (sized at start-up; pass --max-running-requests to "
+            f"bound it here); the pool refuses a larger batch"
+        )
+    else:
+        out.append(
+            f"  per-request page inverse{scope}: at most {inv['requests']} requests (SGLang's "
+            f"max_running_requests) x {per_request} = {_size(inv['bytes'])} per forward; the "
+            f"pool refuses a larger batch"
         )
     return "\n".join(out) + "\n"
