@@ -71,6 +71,11 @@ def fp8_quantizer() -> _Launch:
     return _Launch(_quantize)
 
 
+def paged_dequantizer() -> _Launch:
+    """The paged dequantiser's stand-in (REPLACEMENTS), as a launchable kernel."""
+    return _Launch(_dequantize_paged)
+
+
 def _dequantize_paged(out, in_q, in_s, in_rope, table, *strides, GROUP_SIZE, DIM_NOPE, **_):
     rows, out = table.long(), out.view(len(table), -1)
     q = in_q[rows].float().view(len(rows), -1, GROUP_SIZE)

@@ -1,0 +1,315 @@
+"""Ranks of the backend-level shared-KV suite: SGLang's DSA attention over cpkv's sharded pool.
+
+``python _skv_backend_worker.py OUT_DIR [--world N] [--cp 4 2] [--device cpu|cuda] [--configs ..]``
+starts one process per rank (``torch.multiprocessing``, gloo). For every CP size the first
+``cp`` ranks form the CP group (the others wait), and for every configuration of
+``_skv_backend_cases.CONFIGS`` each of them runs the scenario through both sides (cpkv's pool and
+the replicated one, ``_skv_backend_rank``), then every planted bug of ``MUTATIONS`` under
+``MUTATION_CONFIGS`` at CP 2. Each rank writes ``OUT_DIR/rank<r>.json``.
+
+Environment (set by the caller, before SGLang is imported): ``CPKV_SHARED_KV=1`` (the plugin
+installs the shared-KV hooks), ``SGLANG_DSA_FUSE_TOPK=0`` (SGLang's unfused top-k: with
+``--dsa-topk-backend torch``, its own torch code); on a CPU also ``TRITON_INTERPRET=1`` (SGLang's
+Triton kernels in Triton's interpreter) and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` (SGLang's
+torch MQA logits). ``--device cuda`` puts every rank on GPU 0 (one GPU cannot host two NCCL
+ranks, so the ranks talk over gloo), with SGLang's real kernels and DeepGEMM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
+SM90 = (9, 0)
+
+
+def _coordinator(groups: list[list[int]], rank: int, name: str):
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+
+    return GroupCoordinator(
+        group_ranks=groups, local_rank=rank, torch_distributed_backend="gloo",
+        use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
+        use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
+        use_xpu_communicator=False, group_name=name,
+    )  # fmt: skip
+
+
+def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None) -> list[str]:
+    """The scenario on fresh pools; returns the differences found.
+
+    The replica side runs only when ``refs`` has no record of a forward yet (the clean run fills
+    it; a mutated run, which changes only cpkv's code, compares against the same records).
+    """
+    import _skv_backend_rank as rank_mod
+    from _skv_backend_model import Cache
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    r2t = ReqToTokenPool(size=rank_mod.MAX_REQUESTS, max_context_len=4096, device=dep.device,
+                         enable_memory_saver=False)  # fmt: skip
+    cache = Cache(dep.cp, *r2t.req_to_token.shape)
+    sides = dep.build(r2t, replica=not refs)
+    result["classes"] = [type(s.pool).__qualname__ for s in sides.values()]
+    bad: list[str] = []
+    topk = dep.config.index_topk
+    for k, extends in enumerate(scenario.steps):
+        rows = cache.step(extends)
+        r2t.req_to_token.copy_(cache.req_to_token.to(dep.device))
+        for draft in (False, True) if k in scenario.draft else (False,):
+            what = f"{tag} step {k}{' draft' if draft else ''}"
+            if (k, draft) not in refs:
+                refs[(k, draft)] = rank_mod.run_forward(dep, sides["replica"], rows, r2t,
+                                                        dep.calls, draft=draft)  # fmt: skip
+            ref = refs[(k, draft)]
+            try:
+                with mutation() if mutation is not None else contextlib.nullcontext():
+                    ours = rank_mod.run_forward(dep, sides["cpkv"], rows, r2t, dep.calls,
+                                                draft=draft)  # fmt: skip
+            except Exception as exc:
+                if mutation is None:
+                    raise
+                return [*bad, f"{what}: {type(exc).__name__}: {str(exc)[:160]}"]  # loud failure
+            found = rank_mod.compare(ours, ref, topk)
+            bad += [f"{what}: {f}" for f in found]
+            if mutation is not None and bad:  # caught: the rest of the scenario adds nothing
+                return bad
+            if mutation is None:
+                result["runs"].append({
+                    "tag": what, "method": ours.method,
+                    "topk_below_every_seq": topk < min(r.seq for r in rows),
+                    "rows": len(ours.rows), "requests": len(rows),
+                    "rank_misses_a_request": len({r.req.name for r, _ in ours.rows}) < len(rows),
+                    "prefix": any(r.prefix for r in rows),
+                    "reads": sum(len(x) for lay in ours.layers for x in lay.reads),
+                    "ok": not found,
+                })  # fmt: skip
+        cache.commit(rows)
+    return bad
+
+
+def check_inverse_bound(dep) -> dict:
+    """A pool built for ``max_running_requests = 4``: a batch of 4 requests runs and agrees with
+    the replica; a batch of 5 is refused before any layer, naming the bound."""
+    import _skv_backend_rank as rank_mod
+    from _skv_backend_model import Cache, Extend
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang_cpkv.shared_kv import ScratchCapacityError
+
+    r2t = ReqToTokenPool(size=rank_mod.MAX_REQUESTS, max_context_len=4096, device=dep.device,
+                         enable_memory_saver=False)  # fmt: skip
+    cache = Cache(dep.cp, *r2t.req_to_token.shape)
+    sides = dep.build(r2t, max_requests=4)
+    out = {"at_bound": None, "past_bound": None}
+    for n, key in ((4, "at_bound"), (5, "past_bound")):
+        rows = cache.step([Extend(f"bound{n}_{i}", 3 + i) for i in range(n)])
+        r2t.req_to_token.copy_(cache.req_to_token.to(dep.device))
+        try:
+            ref = rank_mod.run_forward(dep, sides["replica"], rows, r2t, dep.calls, draft=False)
+            ours = rank_mod.run_forward(dep, sides["cpkv"], rows, r2t, dep.calls, draft=False)
+            out[key] = rank_mod.compare(ours, ref, dep.config.index_topk) or "ok"
+        except ScratchCapacityError as exc:
+            out[key] = f"refused: {exc}"
+        cache.commit(rows)
+    return out
+
+
+def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
+    if os.environ.get("CPKV_PROFILE") and rank == 0:
+        import cProfile
+
+        cProfile.runctx(
+            "_rank_main(rank, world, port, out_dir, opts)",
+            globals(),
+            locals(),
+            os.path.join(out_dir, "rank0.prof"),
+        )
+        return
+    _rank_main(rank, world, port, out_dir, opts)
+
+
+def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
+    torch.set_num_threads(1)
+    result: dict = {"rank": rank, "error": None, "failures": [], "runs": [], "mutations": {},
+                    "originals_replaced": None, "seconds": {}}  # fmt: skip
+    device = torch.device("cuda", 0) if opts["device"] == "cuda" else torch.device("cpu")
+    t0 = time.monotonic()
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=900),
+        )
+        import _skv_backend_stand_ins as stand_ins
+
+        result["stubbed"] = stand_ins.stub_missing_packages() if device.type == "cuda" else []
+        import _skv_backend_cases as cases
+        import _skv_backend_rank as rank_mod
+        import pytest
+        from sglang_cpkv.plugin import activate
+
+        hooks = activate()
+        result["hooks"] = list(hooks)
+        result["seconds"]["start"] = round(time.monotonic() - t0, 1)
+        groups = {cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank,
+                                   f"cpkv_backend_cp{cp}") for cp in opts["cps"]}  # fmt: skip
+        configs = [c for c in cases.CONFIGS if not opts["configs"] or c.name in opts["configs"]]
+        with pytest.MonkeyPatch.context() as mp, stand_ins.installed(mp, device) as calls:
+            result["originals_replaced"] = stand_ins.check_originals()
+            for cp in opts["cps"]:
+                t1 = time.monotonic()
+                if rank < cp:
+                    for config in configs:
+                        dep = rank_mod.Deployment(config, cp, rank, groups[cp], device, FIXTURE,
+                                                  SM90)  # fmt: skip
+                        dep.calls = calls
+                        with dep.context():
+                            tag, refs = f"cp{cp} {config.name}", {}
+                            result["failures"] += run_scenario(dep, cases.SCENARIO, result, refs,
+                                                               tag=tag)  # fmt: skip
+                            if cp == 2 and config == configs[0]:
+                                result["inverse_bound"] = check_inverse_bound(dep)
+                            under = opts["mutation_configs"] or cases.MUTATION_CONFIGS
+                            if cp == 2 and config.name in under and opts["mutations"]:
+                                for name, mutation in cases.MUTATIONS.items():
+                                    found = run_scenario(
+                                        dep,
+                                        cases.SCENARIO,
+                                        {},
+                                        refs,
+                                        tag=f"{tag} {name}",
+                                        mutation=mutation,
+                                    )
+                                    result["mutations"].setdefault(name, {})[config.name] = found[
+                                        :3
+                                    ]
+                result["seconds"][f"cp{cp}"] = round(time.monotonic() - t1, 1)
+                dist.barrier()
+    except Exception:
+        result["error"] = traceback.format_exc()
+    finally:
+        result["seconds"]["total"] = round(time.monotonic() - t0, 1)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", type=Path, help="folder for rank<r>.json")
+    ap.add_argument("--world", type=int, default=4, help="ranks (processes)")
+    ap.add_argument("--cp", type=int, nargs="+", default=[4, 2], help="CP sizes, each <= world")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--configs", nargs="*", default=[], help="configuration names (default all)")
+    ap.add_argument("--no-mutations", action="store_true", help="skip the planted bugs")
+    ap.add_argument(
+        "--mutation-configs",
+        nargs="*",
+        default=None,
+        help="configurations the planted bugs run under (default: the cases')",
+    )
+    args = ap.parse_args(argv)
+    if any(cp < 2 or cp > args.world for cp in args.cp):
+        ap.error(f"--cp {args.cp}: each CP size must be in 2..--world ({args.world})")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "1")
+    else:  # the gather scratch in NCCL symmetric memory needs NCCL ranks; ours talk over gloo
+        os.environ.setdefault("SGLANG_ENABLE_KV_SHARD_ZERO_SM_GATHER", "0")
+    os.environ.setdefault("SGLANG_DSA_FUSE_TOPK", "0")
+    os.environ["CPKV_SHARED_KV"] = "1"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = {
+        "cps": args.cp,
+        "device": args.device,
+        "configs": args.configs,
+        "mutations": not args.no_mutations,
+        "mutation_configs": args.mutation_configs,
+    }
+    import torch.multiprocessing as mp
+
+    mp.start_processes(rank_main, args=(args.world, port, str(args.out_dir), opts),
+                       nprocs=args.world, start_method="spawn")  # fmt: skip
+    write_summary(args.out_dir, args.device)
+
+
+def write_summary(out_dir: Path, device: str) -> dict:
+    """``summary.json`` and ``summary.md``: per CP size and configuration, what ran and agreed,
+    the planted bugs caught, what stood in, and where it ran (benchkit's environment fields)."""
+    import _skv_backend_stand_ins as stand_ins
+
+    ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
+    try:
+        from benchkit import capture_env
+
+        env = capture_env(
+            device="cuda" if device == "cuda" else "cpu", package="sglang-integration"
+        )
+    except ImportError:  # benchkit is dev-only; the record still says what ran
+        env = {"torch": torch.__version__}
+    rows: dict[str, dict] = {}
+    for r in ranks:
+        for run in r["runs"]:
+            cp, config = run["tag"].split()[:2]
+            row = rows.setdefault(
+                f"{cp} {config}",
+                {"ranks": set(), "forwards": 0, "ok": 0, "rows": 0, "reads": 0, "methods": set()},
+            )
+            row["ranks"].add(r["rank"])
+            row["forwards"] += 1
+            row["ok"] += run["ok"]
+            row["rows"] += run["rows"]
+            row["reads"] += run["reads"]
+            row["methods"].add(run["method"])
+    for row in rows.values():
+        row["ranks"], row["methods"] = sorted(row["ranks"]), sorted(row["methods"])
+    where = "cpu" if device == "cpu" else "gpu"
+    summary = {
+        "device": device, "env": env, "errors": [r["error"] for r in ranks if r["error"]],
+        "failures": sum(len(r["failures"]) for r in ranks), "cases": rows,
+        "mutations": {name: {c: bool(f) for c, f in by.items()}
+                      for r in ranks[:1] for name, by in r["mutations"].items()},
+        "inverse_bound": ranks[0].get("inverse_bound") if ranks else None,
+        "stand_ins": [x[0] for x in stand_ins.REPLACEMENTS if x[3] in (where, "both")],
+        "stubbed_modules": sorted({m for r in ranks for m in r.get("stubbed", [])}),
+        "seconds": [r["seconds"] for r in ranks],
+    }  # fmt: skip
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    lines = [
+        f"# shared KV through SGLang's DSA backend ({device})", "",
+        f"{env.get('timestamp', '')} | {env.get('gpu_name') or env.get('cpu', '')} | "
+        f"torch {env.get('torch')} | triton {env.get('triton')} | `{env.get('command', '')}`", "",
+        "| case | ranks | forwards agreeing | query rows compared | KV rows read | top-k |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *(f"| {k} | {v['ranks']} | {v['ok']}/{v['forwards']} | {v['rows']:,} | {v['reads']:,} | "
+          f"{', '.join(v['methods'])} |" for k, v in rows.items()),
+        "", f"errors: {len(summary['errors'])}; differences: {summary['failures']}",
+        f"planted bugs caught: {summary['mutations'] or 'none run'}",
+        f"inverse bound (4 requests): {summary['inverse_bound']}",
+        "", "stood in:", *(f"- {x}" for x in summary["stand_ins"]),
+    ]  # fmt: skip
+    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
