@@ -69,7 +69,9 @@ def _locs(batch: Batch, rng: random.Random, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(out, dtype=dtype).cuda()
 
 
-def _check(batch: Batch, shards: int, seed: int, label: str) -> None:
+def _check(batch: Batch, shards: int, seed: int, label: str, *, valid: bool = True) -> None:
+    """Every rank's plan on the CUDA op equals the torch reference's; ``valid`` says whether the
+    batch is good input (status 0) or bad (a non-zero status, the same on both)."""
     ops, rng = _cuda_ops(), random.Random(seed)
     p, bsz = batch.page_size, len(batch.req_pages)
     dtype = rng.choice([torch.int32, torch.int64])
@@ -86,6 +88,7 @@ def _check(batch: Batch, shards: int, seed: int, label: str) -> None:
         lean = ops["shard_plan"](*args, False)  # without the layout: the same first outputs
         assert len(lean) == LEAN and len(got) == len(want) == len(NAMES)
         status = int(want[0][0])
+        assert (status == 0) == valid, f"{label}: torch reference status {status}"
         assert int(got[0][0]) == status, label
         for outputs, what in ((got, "shard_plan"), (lean, "shard_plan(lean)")):
             for name, g, w in zip(NAMES, outputs, want, strict=False):
@@ -128,4 +131,4 @@ def test_bad_input_gives_the_same_status(what):
         pages[1][1] = 1 << 20
     else:
         prefix[0] = -1
-    _check(Batch(what, pages, prefix, extend, 4, 16), 2, 3, what)
+    _check(Batch(what, pages, prefix, extend, 4, 16), 2, 3, what, valid=False)

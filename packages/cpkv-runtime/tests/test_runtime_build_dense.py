@@ -103,11 +103,30 @@ def test_fill_sources_by_hand():
 
 
 def test_step_uses_the_one_pass_build():
-    """The per-layer sequence of a forward runs fill_sources once and build_dense per layer."""
+    """The per-layer sequence's sources (found once per forward), by hand.
+
+    ``cache_miss_mixed``, P = 8: request 0 reads page 3 (slot 0, shared with request 2) and
+    writes pages 4, 5 (slots 1, 2: positions 8..16); request 1 writes pages 6, 7, 8 (slots 3..5:
+    positions 0..16); request 2 writes page 9 (slot 6: positions 8..11). Current row ``t`` of
+    the 30 (request-major) is handed over at ``29 - t`` (``_rows`` reverses them, then appends
+    three padding rows, 30..32, which name no dense row). Slots 7..10 are the padded capacity.
+    """
     batch = SCENARIOS["cache_miss_mixed"]
     layout = _padded(batch)
     token_req, loc, _ = _rows(layout)
     step = cr.prepare_layer_step(layout, token_req, loc, backend="torch", validate=False)
-    assert set(step.backends) == {"fill_sources", "build_dense", "remap_locs", "layer_step"}
-    want = TORCH["fill_sources"](token_req, loc, layout.inverse, 8, layout.num_slots)
-    assert torch.equal(step.sources, want)
+    assert step.backends == dict.fromkeys(
+        ("fill_sources", "build_dense", "remap_locs", "layer_step"), "torch"
+    )
+    none = [-1] * 8
+    want = [
+        none,  # slot 0: page 3, read-only: every row from the pool
+        list(range(29, 21, -1)),  # slot 1: request 0, positions 8..15 (t = 0..7)
+        [21, *none[1:]],  # slot 2: request 0, position 16 (t = 8)
+        list(range(20, 12, -1)),  # slot 3: request 1, positions 0..7 (t = 9..16)
+        list(range(12, 4, -1)),  # slot 4: request 1, positions 8..15 (t = 17..24)
+        [4, *none[1:]],  # slot 5: request 1, position 16 (t = 25)
+        [3, 2, 1, 0, *none[4:]],  # slot 6: request 2, positions 8..11 (t = 26..29)
+        *[none] * 4,  # slots 7..10: capacity past the used slots
+    ]
+    assert step.sources.tolist() == want

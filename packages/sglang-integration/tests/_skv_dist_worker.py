@@ -54,7 +54,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _skv_shapes import SHAPES, Batch, P, Req, place
+from _skv_sglang_rows import sglang_kept_rows
+from _skv_shapes import SHAPES, Batch, P, forced_foreign_page, place
 
 LAYERS = 2  # layer 1 shares its top-k (no indexer keys): the skip path runs too
 LORA, ROPE = 512, 64
@@ -281,21 +282,33 @@ def _copy_replica(src, num_pages, dtype):
     return dst
 
 
-def _run_forward(pool, batch: Batch, oc: torch.Tensor):
+def _sglang_rows(pool, fb) -> list[int]:
+    """The requests whose rows SGLang's DSA backend keeps in this forward's tables
+    (``init_forward_metadata``: ``page_table[bs_idx]`` when ``can_dsa_prefill_cp_interleave``
+    holds, every request otherwise), from SGLang's own split on this rank of the shard group."""
+    from sglang.srt.layers.attention.dsa.utils import can_dsa_prefill_cp_interleave
+
+    if not can_dsa_prefill_cp_interleave(fb):
+        return list(range(fb.batch_size))
+    return sglang_kept_rows(fb.extend_seq_lens_cpu, pool.shard_size, pool.shard_rank)
+
+
+def _run_forward(pool, batch: Batch, oc: torch.Tensor, failures: list[str], what: str):
     """The extend forward as SGLang's DSA backend drives the pool; returns the rows whose
-    tables the backend translates (all requests, and the CP-kept ones)."""
+    tables the backend translates: SGLang's kept requests for cpkv's pool (whose plan must
+    hold exactly those, else a failure is recorded), every request for SGLang's."""
     from sglang.srt.layers.attention.kv_shard_hooks import prepare_kv_shard_forward
 
     fb = _forward_batch(batch, oc)
     assert prepare_kv_shard_forward(pool, batch.req_to_token().to(DEVICE), fb)
     _write(pool, fb.out_cache_loc, 0.0)
     plan = getattr(pool, "cpkv_forward", None)
-    row_sets = [list(range(len(batch.pages)))]
-    if plan is not None:
-        for n, req in plan.row_req.items():
-            if n not in (len(batch.pages), batch.num_tokens):
-                row_sets.append(req.tolist())
-    return row_sets
+    if plan is None:
+        return [list(range(len(batch.pages)))]
+    rows = _sglang_rows(pool, fb)
+    if plan.table_req.tolist() != rows:
+        failures.append(f"{what}: plan.table_req {plan.table_req.tolist()} != SGLang's {rows}")
+    return [rows]
 
 
 def _compare(name, got, want, failures, what):
@@ -340,7 +353,9 @@ def check_shape(tag, batch, group, dtype, cls_ours, cls_upstream, result):
     for label, cls in pools.items():
         pool = _pool(cls, batch, group, dtype, *_sizes(batch))
         _setup_history(pool, batch)
-        row_sets = _run_forward(pool, batch, oc.clone())
+        row_sets = _run_forward(pool, batch, oc.clone(), result["failures"], f"{tag} {label}")
+        if label == "cpkv":  # the requests read (and checked, per layer) on this rank
+            result["rows"][tag] = row_sets[0]
         for layer_id in range(LAYERS):
             for rows in row_sets:
                 latent, index = _reads(pool, batch, rows, layer_id)
@@ -369,16 +384,6 @@ def check_shape(tag, batch, group, dtype, cls_ours, cls_upstream, result):
             result["bs1"].append([f"{tag} layer {layer_id}", same])
 
 
-def forced_foreign_page(cp: int) -> Batch:
-    """Request 0 writes page X while request 1 reads X as history (an allocator bug: X was
-    handed out again while request 1's radix hit still held it). Both prefixes page-aligned."""
-    base = place("forced_foreign_page", [Req("A", 3 * P, 4), Req("A", 3 * P, 5)], cp)
-    x = base.pages[1][2]  # request 1's third history page
-    pages = [[*base.pages[0][:2], x], base.pages[1]]
-    return Batch("forced_foreign_page", cp, pages, [2 * P, 3 * P], [40, 5],
-                 local_pages=base.local_pages, writers=[{x}, set(base.pages[1][3:])])  # fmt: skip
-
-
 def check_forced(tag, batch, group, dtype, cls_ours, cls_upstream, result):
     """Request 1 reads page X as history while request 0 writes it. Recorded per pool: whether
     request 1 reads the full-replica history there, and whether it reads request 0's rows."""
@@ -387,7 +392,8 @@ def check_forced(tag, batch, group, dtype, cls_ours, cls_upstream, result):
     for label, cls in (("cpkv", cls_ours), ("sglang", cls_upstream)):
         pool = _pool(cls, batch, group, dtype, *_sizes(batch))
         _setup_history(pool, batch)
-        _run_forward(pool, batch, batch.out_cache_loc().to(DEVICE))
+        oc = batch.out_cache_loc().to(DEVICE)
+        _run_forward(pool, batch, oc, result["failures"], f"{tag} {label} forced")
         latent, _ = _reads(pool, batch, [0, 1], 0)
         on_x = slice(2 * P, 2 * P + 40)  # request 0's current rows; request 1's history
         result["forced"].append(
@@ -468,6 +474,7 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, options: Options) 
     torch.set_num_threads(1)
     result = {
         "checks": 0, "failures": [], "upstream": [], "bs1": [], "forced": [], "covered": [],
+        "rows": {},
         "error": None, "world": world, "options": asdict(options),
     }  # fmt: skip
     try:

@@ -138,6 +138,18 @@ SHAPES: dict[str, list[Req]] = {
 }
 
 
+def forced_foreign_page(shard_size: int) -> Batch:
+    """Request 0 writes page X while request 1 reads X as history (an allocator bug: X was
+    handed out again while request 1's radix hit still held it). Both prefixes page-aligned.
+    The one batch here where a page has two slots (request 0's private one, request 1's
+    gathered one): what a value-keyed map (one slot per page) gets wrong."""
+    base = place("forced_foreign_page", [Req("A", 3 * P, 4), Req("A", 3 * P, 5)], shard_size)
+    x = base.pages[1][2]  # request 1's third history page
+    pages = [[*base.pages[0][:2], x], base.pages[1]]
+    return Batch("forced_foreign_page", shard_size, pages, [2 * P, 3 * P], [40, 5],
+                 local_pages=base.local_pages, writers=[{x}, set(base.pages[1][3:])])  # fmt: skip
+
+
 def history_value(loc: torch.Tensor, dim: int) -> torch.Tensor:
     """(N, dim) float32 pool content at logical ``loc`` (what a full replica holds)."""
     return loc.float().unsqueeze(1) * 4 + torch.arange(dim).float() / 1024

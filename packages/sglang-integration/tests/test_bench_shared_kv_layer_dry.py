@@ -46,11 +46,10 @@ def test_dry_run_checks_parity_and_writes_the_record(bench, tmp_path):
     # 3 requests on a 128-token prefix (8 pages of 16) + 40 new tokens each (3 private pages):
     # the prefix is materialised once.
     assert summary["used_slots[torch]"] == 8 + 3 * 3
-    assert 0 < summary["share"] < 1 and set(summary["goals_met"]) == {
-        "plan_us",
-        "host_us_per_layer",
-        "share",
-    }
+    assert 0 < summary["share"] < 1
+    # the headline's inputs were timed (a missing row reads as 0.0 or None), each goal judged
+    assert summary["plan_us"] > 0 and summary["host_us_per_layer"] > 0
+    assert all(isinstance(met, bool) for met in summary["goals_met"].values())
     record = json.loads((tmp_path / "shared-kv-layer.json").read_text())
     rows = record["rows"]
     timed = {(r["phase"], r["path"], r["mode"]) for r in rows if r["p50"] is not None}

@@ -70,8 +70,15 @@ def test_every_request_reads_the_full_replica_rows(ranks):
     for rank, r in enumerate(ranks):
         assert r["failures"] == [], f"rank {rank}: {r['failures'][:5]}"
         assert r["covered"] == (want if rank < 2 else [t for t in want if t.startswith("cp4")])
-        requests = sum(len(SHAPES[t.split()[2]]) for t in r["covered"])
-        assert r["checks"] >= 2 * requests  # every request, both layers, at least once
+        # the requests this rank read: SGLang's kept rows (bs_idx) of its split, which the
+        # worker held the plan's table_req to; each of them checked at both layers
+        rows = {t: r["rows"][t] for t in r["covered"]}
+        assert all(rows[t] and set(rows[t]) <= set(range(len(SHAPES[t.split()[2]]))) for t in rows)
+        assert r["checks"] == 2 * sum(len(v) for v in rows.values())
+    for tag in want:  # every request of a case is read on some rank of its CP group
+        cp = int(tag.split()[0].removeprefix("cp"))
+        read = set().union(*(r["rows"][tag] for r in ranks[:cp]))
+        assert read == set(range(len(SHAPES[tag.split()[2]]))), tag
 
 
 def test_batch_size_one_reads_what_sglang_reads(ranks):

@@ -1,27 +1,43 @@
-"""The shared-KV scratch plan, simulated over N ranks in one process (no SGLang import).
+"""The shared-KV scratch plan, simulated over N ranks in one process.
 
 Every rank plans the batch, packs the pages it owns exactly as the pool does (``send_pages``
 from its local stripe), the all-gather is a concatenation, the current KV is staged at the
 planned rows, and then every request reads through the translated page table: position by
 position it must get what a full-replica pool holds (history) or its own current KV. The
-sharded pool's real code path under ``torch.distributed`` is ``test_shared_kv_distributed.py``.
+requests whose rows a rank's tables hold come from SGLang's own interleave split
+(``_skv_sglang_rows``, the only SGLang code run here). The sharded pool's real code path under
+``torch.distributed`` is ``test_shared_kv_distributed.py``.
 """
 
 from __future__ import annotations
 
+import _sglang_env
 import pytest
 import torch
-from _skv_shapes import SHAPES, Batch, P, Req, current_rows, history_value, place, reference
+from _skv_sglang_rows import sglang_table_rows
+from _skv_shapes import (
+    SHAPES,
+    Batch,
+    P,
+    Req,
+    current_rows,
+    forced_foreign_page,
+    history_value,
+    place,
+    reference,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sglang_cpkv.shared_kv import (
     ScratchCapacityError,
     ScratchGeometry,
     TranslationError,
+    current_locs,
     interleave_kept_rows,
     plan_forward,
 )
 
+pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
 DIM = 6
 
 
@@ -33,7 +49,8 @@ def _geometry(batch: Batch, rank: int, gather: int | None = None) -> ScratchGeom
 
 
 def _kept(batch: Batch, rank: int) -> list[int] | None:
-    # SGLang splits a batch over CP ranks only when it has >= cp tokens (can_dsa_prefill_cp_...)
+    """What the pool passes as ``kept_rows`` (``CpkvSharedKVPool.begin_cpkv_extend``): the
+    split's rows when the batch has >= cp tokens (``can_dsa_prefill_cp_interleave``)."""
     if batch.num_tokens < batch.shard_size:
         return None
     return interleave_kept_rows(batch.extend, batch.shard_size, rank)
@@ -76,19 +93,20 @@ def simulate(batch: Batch, geometries: list[ScratchGeometry] | None = None):
 def _check_reads(batch: Batch, plans, scratches, r2t) -> None:
     width = max(batch.seq)
     for rank, (plan, scratch) in enumerate(zip(plans, scratches, strict=True)):
-        kept = _kept(batch, rank)
-        for rows in [list(range(len(batch.pages)))] + ([kept] if kept is not None else []):
-            table = r2t[rows, :width]
-            got = scratch[plan.translate(table)]
-            pages = plan.scratch_pages(table[:, ::P] // P)
-            for i, b in enumerate(rows):
-                seq = batch.seq[b]
-                want = reference(batch, b, DIM)
-                assert torch.equal(got[i, :seq], want), (batch.name, rank, b)
-                # the indexer's page lookups agree with the token lookups, page by page
-                n_pages = -(-seq // P)
-                tok = plan.translate(table)[i, : n_pages * P : P]
-                assert torch.equal(pages[i, :n_pages] * P, tok), (batch.name, rank, b)
+        # the requests of the rows of SGLang's tables on this rank (its bs_idx, or all)
+        rows = sglang_table_rows(batch.extend, batch.shard_size, rank)
+        assert plan.table_req.tolist() == rows, (batch.name, rank)
+        table = r2t[rows, :width]
+        got = scratch[plan.translate(table)]
+        pages = plan.scratch_pages(table[:, ::P] // P)
+        for i, b in enumerate(rows):
+            seq = batch.seq[b]
+            want = reference(batch, b, DIM)
+            assert torch.equal(got[i, :seq], want), (batch.name, rank, b)
+            # the indexer's page lookups agree with the token lookups, page by page
+            n_pages = -(-seq // P)
+            tok = plan.translate(table)[i, : n_pages * P : P]
+            assert torch.equal(pages[i, :n_pages] * P, tok), (batch.name, rank, b)
 
 
 @pytest.mark.parametrize("cp", [2, 4])
@@ -135,6 +153,42 @@ def test_shared_prefix_is_gathered_once():
     _check_reads(batch, plans, scratches, r2t)
 
 
+def _value_keyed(plans) -> None:
+    """Plant the legacy map in every plan: one slot per page, the last request listing the page
+    wins (the rows of ``placement.inverse`` collapsed, as SGLang's ``_page_pos``)."""
+    for plan in plans:
+        inverse = plan.placement.inverse
+        for page in range(inverse.shape[1]):
+            users = (inverse[:, page] >= 0).nonzero().flatten()
+            if users.numel():
+                inverse[users, page] = inverse[users[-1], page]
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_a_value_keyed_inverse_fails_the_reads(cp):
+    """Negative control of ``_check_reads``: the page request 0 writes and request 1 reads as
+    history has two slots; with one slot per page one of them reads the other's rows."""
+    batch = forced_foreign_page(cp)
+    plans, scratches, r2t = simulate(batch)
+    _check_reads(batch, plans, scratches, r2t)  # the per-request inverse: right
+    _value_keyed(plans)
+    with pytest.raises(AssertionError, match=r"'forced_foreign_page', 0, 0\)"):
+        _check_reads(batch, plans, scratches, r2t)  # rank 0: request 0 reads request 1's slot
+
+
+@pytest.mark.parametrize("name", ["chunked_continuation_hit", "prefix_lengths"])
+def test_value_keying_changes_nothing_without_a_page_of_two_slots(name):
+    """Why the control above needs the foreign page: on these shapes no page has two slots
+    (read-only pages share one, written pages are their writer's alone), so the collapse is the
+    identity and the reads stay right; the value-keyed bug needs a page shared by a writer."""
+    batch = place(name, SHAPES[name], 2)
+    plans, scratches, r2t = simulate(batch)
+    before = [plan.placement.inverse.clone() for plan in plans]
+    _value_keyed(plans)
+    assert all(torch.equal(p.placement.inverse, b) for p, b in zip(plans, before, strict=True))
+    _check_reads(batch, plans, scratches, r2t)
+
+
 def test_batch_larger_than_the_scratch_is_refused_before_any_layer():
     batch = place("big", [Req("A", 4 * P, 3), Req("B", 4 * P, 3)], 2)
     geo = [_geometry(batch, r, gather=2 * 3) for r in range(2)]  # needs 2 x 4 gather pages
@@ -147,6 +201,19 @@ def test_tables_without_a_request_per_row_are_refused():
     plans, _, r2t = simulate(batch)
     with pytest.raises(TranslationError, match="has 5 rows"):
         plans[0].translate(r2t[[0, 1, 2, 3, 0], :64])
+
+
+def test_row_requests_come_from_the_split_not_the_row_count():
+    """Rank 1 of [1, 6] at cp 2 keeps request 1 only: its tables have one row, request 1's. A
+    table of all requests (two rows) is refused, and so is a one-row table on a rank that keeps
+    both: the request of a row is never guessed from how many rows a table has."""
+    batch = place("fresh", SHAPES["fresh_1_6"], 2)
+    plans, _, r2t = simulate(batch)
+    assert plans[0].table_req.tolist() == [0, 1] and plans[1].table_req.tolist() == [1]
+    with pytest.raises(TranslationError, match=r"has 2 rows.*\(1 of 2\)"):
+        plans[1].translate(r2t[:, :64])
+    with pytest.raises(TranslationError, match=r"has 1 rows.*\(2 of 2\)"):
+        plans[0].translate(r2t[[1], :64])
     with pytest.raises(TranslationError, match="not this forward's out_cache_loc"):
         plans[0].translate(batch.out_cache_loc().clone())
 
@@ -170,6 +237,52 @@ def _batches(draw):
 def test_random_batches_read_full_replica_rows(batch):
     plans, scratches, r2t = simulate(batch)
     _check_reads(batch, plans, scratches, r2t)
+
+
+def _check_current_locs(batch: Batch, seed: int, locs=current_locs) -> None:
+    """``locs(req_to_token, req_pool_indices, prefix_lens, seq_lens)`` is the batch's
+    ``out_cache_loc`` (``Batch.out_cache_loc``: from its pages, in plain Python). The batch's rows
+    sit at shuffled rows of a larger ``req_to_token``, junk in the others, as SGLang's
+    ``req_to_token_pool`` holds them."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = batch.req_to_token()
+    shape = (rows.shape[0] + 3, rows.shape[1])
+    r2t = torch.randint(0, 1 << 30, shape, generator=gen, dtype=torch.int32)
+    where = torch.randperm(shape[0], generator=gen)[: rows.shape[0]]  # req_pool_indices
+    r2t[where] = rows
+    got = locs(r2t, where, batch.prefix, batch.seq)
+    assert got.dtype == r2t.dtype
+    assert torch.equal(got.long(), batch.out_cache_loc()), batch.name
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_current_locs_are_the_batchs_out_cache_loc(name):
+    _check_current_locs(place(name, SHAPES[name], 2), seed=len(name))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=_batches(), seed=st.integers(0, 1 << 30))
+def test_random_current_locs(batch, seed):
+    _check_current_locs(batch, seed)
+
+
+def test_a_batch_of_many_lengths():
+    """150 requests, 300 lengths: past the 240 host numbers the CUDA paths upload from pinned
+    memory (``upload_ints``, the plan's first kernel); on CPU this covers the size only."""
+    reqs = [Req("A" if i % 2 else None, (i % 3) * P + i % 5, 1 + i % 7) for i in range(150)]
+    batch = place("many", reqs, 2)
+    _check_current_locs(batch, seed=1)
+    plans, scratches, r2t = simulate(batch)
+    _check_reads(batch, plans, scratches, r2t)
+
+
+@pytest.mark.parametrize("name", ["radix_hits_page_aligned", "single_request"])
+def test_reversed_current_locs_fail_the_check(name):
+    """Negative control: ``current_locs`` with its output reversed (the audit's mutation, which
+    the meta sync tests let through) fails ``_check_current_locs``."""
+    batch = place(name, SHAPES[name], 2)
+    with pytest.raises(AssertionError):
+        _check_current_locs(batch, 0, lambda *args: current_locs(*args).flip(0))
 
 
 @pytest.mark.parametrize(

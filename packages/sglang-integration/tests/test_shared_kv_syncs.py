@@ -8,7 +8,9 @@ every operation that needs a device value on the host fails on them: ``.item()``
 Those are the operations that make a CUDA stream sync with the host. A function that runs to the
 end on meta inputs therefore read nothing back, and nothing is patched or stood in for: our code
 and ``cpkv_runtime``'s real torch backend run. ``test_meta_catches_every_kind_of_host_read``
-shows the mechanism fails on each kind of read. What meta cannot see is a *blocking upload*
+shows the mechanism fails on each kind of read, and
+``test_a_planted_host_read_fails_the_meta_checks`` that the checks below fail with one read
+planted in the plan's finish or in the table lookup. What meta cannot see is a *blocking upload*
 (host to device): the plan's uploads are non-blocking, and the GPU test
 (``test_shared_kv_gpu.py``) counts every sync of the plan under ``torch.cuda.set_sync_debug_mode``.
 
@@ -89,7 +91,7 @@ def _tensors(plan: ForwardScratch) -> dict[str, torch.Tensor]:
     out |= {f"placement.{n}": getattr(placement, n) for n in ("slot_scratch", "send_pages")}
     for name in ("req_pages", "prefix_lens", "extend_lens", "slot_table", "slot_page", "inverse"):
         out[f"layout.{name}"] = getattr(layout, name)
-    out |= {f"row_req[{n}]": t for n, t in plan.row_req.items()}
+    out["table_req"] = plan.table_req
     return out
 
 
@@ -119,11 +121,8 @@ def test_meta_catches_every_kind_of_host_read(read):
         read(torch.arange(4, device=META))
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_plan_reads_the_device_once(name, cp):
-    """Both halves of the plan run on meta; the whole plan on meta stops at its one read."""
-    batch = place(name, SHAPES[name], cp)
+def _plan_halves_on_meta(batch: Batch, cp: int) -> None:
+    """Both halves of the plan on meta, from the host numbers of the same plan on CPU."""
     for rank in range(cp):
         cpu_draft, cpu_plan, _ = _plan_on(torch.device("cpu"), batch, rank)
         numbers = cpu_draft.outputs[0].tolist()
@@ -133,6 +132,13 @@ def test_plan_reads_the_device_once(name, cp):
         _same_shapes(_tensors(meta_plan), _tensors(cpu_plan))
         assert meta_plan.placement.block == cpu_plan.placement.block
         assert meta_plan.stage_after_gather is cpu_plan.stage_after_gather
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_plan_reads_the_device_once(name, cp):
+    """Both halves of the plan run on meta; the whole plan on meta stops at its one read."""
+    _plan_halves_on_meta(place(name, SHAPES[name], cp), cp)
 
 
 def test_whole_plan_on_meta_stops_at_its_one_read():
@@ -147,28 +153,24 @@ def test_whole_plan_on_meta_stops_at_its_one_read():
     assert "outputs[0].tolist()" in frames[-1].line
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_per_layer_lookups_read_nothing(name, cp):
-    """Every lookup a layer makes, on the plan built on meta (each computed, not cached)."""
-    batch = place(name, SHAPES[name], cp)
+def _per_layer_lookups_on_meta(batch: Batch, cp: int) -> None:
+    """Every lookup a layer makes, on the plan built on meta (each computed, not cached). The
+    tables have one row per request of the plan (``table_req``: the kept rows when the batch
+    is split), as SGLang's DSA backend builds them (``page_table[bs_idx]``)."""
     width = max(batch.seq)
     for rank in range(cp):
         cpu_draft, cpu_plan, cpu_r2t = _plan_on(torch.device("cpu"), batch, rank)
         _, plan, r2t = _plan_on(META, batch, rank, cpu_draft.outputs[0].tolist())
         geo = _geometry(batch, rank)
-        row_sets = [list(range(len(batch.pages)))]
-        if (kept := _kept(batch, rank)) is not None:
-            row_sets.append(kept)
-        for rows in row_sets:
-            table, cpu_table = r2t[rows, :width], cpu_r2t[rows, :width]
-            plan._cache.clear()
-            got, want = plan.translate(table), cpu_plan.translate(cpu_table)
-            assert (got.shape, got.dtype) == (want.shape, want.dtype)
-            plan._cache.clear()
-            got = plan.scratch_pages(table[:, ::P] // P)
-            want = cpu_plan.scratch_pages(cpu_table[:, ::P] // P)
-            assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        rows = cpu_plan.table_req.tolist()
+        table, cpu_table = r2t[rows, :width], cpu_r2t[rows, :width]
+        plan._cache.clear()
+        got, want = plan.translate(table), cpu_plan.translate(cpu_table)
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        plan._cache.clear()
+        got = plan.scratch_pages(table[:, ::P] // P)
+        want = cpu_plan.scratch_pages(cpu_table[:, ::P] // P)
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
         assert plan.write_rows(plan.out_cache_loc) is plan.cur_rows
         other = plan.out_cache_loc.clone()
         assert plan.persist_rows(other, geo).shape == other.shape
@@ -180,6 +182,44 @@ def test_per_layer_lookups_read_nothing(name, cp):
         pool = torch.empty(batch.local_pages + 1, P, 656, dtype=torch.uint8, device=META)
         send = torch.empty(plan.placement.block, P, 656, dtype=torch.uint8, device=META)
         pack(pool, plan.placement.send_pages, send)
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_per_layer_lookups_read_nothing(name, cp):
+    _per_layer_lookups_on_meta(place(name, SHAPES[name], cp), cp)
+
+
+def _read_back(t: torch.Tensor) -> None:
+    t.sum().item()  # the planted host read
+
+
+def _plant_in_finish_forward(monkeypatch) -> None:
+    real = forward_module.ScratchPlacement  # built inside finish_forward, after its checks
+    monkeypatch.setattr(
+        forward_module, "ScratchPlacement", lambda inv, *a: (_read_back(inv), real(inv, *a))[1]
+    )
+
+
+def _plant_in_translate(monkeypatch) -> None:
+    real = forward_module.to_scratch  # called by ForwardScratch.translate
+    monkeypatch.setattr(forward_module, "to_scratch", lambda d, *a: (d.tolist(), real(d, *a))[1])
+
+
+@pytest.mark.parametrize(
+    ("plant", "check"),
+    [(_plant_in_finish_forward, _plan_halves_on_meta),
+     (_plant_in_translate, _per_layer_lookups_on_meta)],
+    ids=["item_in_finish_forward", "tolist_in_translate"],
+)  # fmt: skip
+def test_a_planted_host_read_fails_the_meta_checks(plant, check, monkeypatch):
+    """Negative control on the real path: one ``.item()`` / ``.tolist()`` planted inside the
+    plan's finish or the table lookup makes the meta check above fail (on CPU it runs fine)."""
+    batch = place("two", SHAPES["two_prefix_chains"], 2)
+    check(batch, 2)  # passes as shipped
+    plant(monkeypatch)
+    with pytest.raises((RuntimeError, NotImplementedError), match="meta"):
+        check(batch, 2)
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
