@@ -14,6 +14,10 @@
   file-size limit (``RLIMIT_FSIZE``) makes the kernel refuse writes past a size, a real failing
   write that stands in for a full disk.
 
+- :func:`run_interrupted_at_import`: an installed console script with Ctrl-C (SIGINT) delivered
+  the moment it first imports a given module (torch, transformers, sglang): the start-up, where
+  a traceback used to come out instead of the one ``interrupted`` line and exit 130.
+
 Both runners take ``refuse_spawns=True`` for a CLI whose regression would spawn without end (a
 process per ``--cp`` rank, asked for a million ranks): the hook then raises at the first spawn,
 which is still recorded, instead of letting the machine fork until it stops. ``run_measured``
@@ -138,6 +142,8 @@ if fsize is not None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 try:
+    for name in {preimport!r}:
+        __import__(name)
     from {module} import main
     if not {at_import!r}:
         sys.addaudithook(hook)
@@ -160,6 +166,7 @@ def run_measured(
     address_space: int = 2 << 30,
     refuse_spawns: bool = False,
     spawns_at_import: bool = True,
+    preimport: Sequence[str] = (),
     timeout: float = 300,
 ) -> Run:
     """``module.main(argv)`` in a fresh interpreter: exit code, output, spawns, peak RSS (KiB).
@@ -173,6 +180,9 @@ def run_measured(
             (``torch.cuda`` imports ``cuda.pathfinder``, which calls
             ``ctypes.util.find_library``), a spawn that is not the CLI's and that
             ``refuse_spawns`` would turn into a failed import.
+        preimport: modules imported before ``module`` (and, with ``spawns_at_import=False``,
+            before spawns are watched): torch, for a CLI that imports it only once its arguments
+            are checked, so torch's own ``ldconfig -p`` is not taken for the CLI's.
         timeout: only guards against a hang (the test then fails); nothing asserts on time.
     """
     log, rss = tmp / "spawn.log", tmp / "rss.txt"
@@ -186,6 +196,7 @@ def run_measured(
         address_space=address_space,
         fsize=fsize,
         module=module,
+        preimport=tuple(preimport),
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(log), str(rss), *argv],
@@ -224,3 +235,54 @@ def run_into_closed_pipe(
         )
     finally:
         os.close(w)
+
+
+#: sitecustomize for :func:`run_interrupted_at_import`: a finder that sends this process SIGINT
+#: when $HOSTILE_CTRL_C_AT (or a submodule) is first imported, and notes that it did.
+_CTRL_C_SITE = """
+import importlib.abc, os, signal, sys
+_at, _note = os.environ["HOSTILE_CTRL_C_AT"], os.environ["HOSTILE_CTRL_C_NOTE"]
+class _CtrlC(importlib.abc.MetaPathFinder):
+    fired = False
+    def find_spec(self, name, path=None, target=None):
+        if not _CtrlC.fired and (name == _at or name.startswith(_at + ".")):
+            _CtrlC.fired = True
+            open(_note, "w").write(name)
+            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode
+        return None
+sys.meta_path.insert(0, _CtrlC())
+"""
+
+
+def run_interrupted_at_import(
+    script: str, argv: Sequence[str], module: str, tmp: Path, *, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run the console ``script`` (from this interpreter's bin directory) with ``argv``; Ctrl-C
+    arrives as it first imports ``module``.
+
+    Returns:
+        (the finished process, stdout and stderr as text; whether the interrupt was sent: False
+        means the command never imported ``module``, so the test proves nothing).
+    """
+    site = tmp / "ctrl-c-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_CTRL_C_SITE)
+    note = tmp / "ctrl-c-fired"
+    note.unlink(missing_ok=True)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "HOSTILE_CTRL_C_AT": module,
+        "HOSTILE_CTRL_C_NOTE": str(note),
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / script), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
+    print(f"exit={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc, note.exists()

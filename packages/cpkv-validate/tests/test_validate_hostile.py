@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _servers import raw_server
 from cpkv_validate import refserver, scenario_names
 from cpkv_validate._cli_io import CliInputError, check_url
 from cpkv_validate._limits import MAX_CP_CPU
@@ -237,6 +240,53 @@ def test_a_server_that_is_not_openai_compatible(hostile_dir, status, body, kind,
     assert tree(hostile_dir) == before  # no report, no probe file left
 
 
+_HTTP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "/v1/models did not answer valid HTTP (BadStatusLine"),
+        (b"", "/v1/models: Remote end closed connection without response"),
+        (
+            _HTTP_HEAD + b"Content-Length: 100\r\n\r\n" + b'{"data": [',
+            "/v1/models did not answer valid HTTP (IncompleteRead",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n",
+            "/v1/models did not answer valid HTTP (LineTooLong",
+        ),
+        (
+            _HTTP_HEAD + b"Content-Length: 200000\r\n\r\n" + b"[" * 200000,
+            "/v1/models did not answer JSON (it began b'[[[[",
+        ),
+    ],
+    ids=["not_http", "closed", "short_body", "header_too_long", "nested_json"],
+)
+def test_a_reply_that_is_not_http_or_is_cut_short(hostile_dir, reply, message):
+    """Before: a traceback and exit 1 (the code for contamination) on the first three."""
+    with raw_server(reply) as url:
+        run = run_cli(main, ["--url", url, "--json", "out.json", "--no-progress"])
+    _refused(run, message)
+    assert not (hostile_dir / "out.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ({"text": 5}, "choices[0].text is a int, not a string"),
+        ({"text": "a", "logprobs": {"tokens": "ab"}}, "choices[0].logprobs.tokens is not a list"),
+        ({"text": "a", "finish_reason": 7}, "choices[0].finish_reason is 7, not a string"),
+    ],
+    ids=["text_int", "tokens_str", "finish_int"],
+)
+def test_a_malformed_completion(hostile_dir, choice, message):
+    body = json.dumps({"data": [{"id": "m"}], "choices": [choice]}).encode()
+    with _server(200, body, "application/json") as url:
+        run = run_cli(main, ["--url", url, "--no-progress"])
+    _refused(run, f"/v1/completions answered a malformed completion: {message}")
+
+
 def test_completions_without_choices(hostile_dir):
     with _server(200, b'{"data": [{"id": "m"}], "x": 1}', "application/json") as url:
         run = run_cli(main, ["--url", url, "--no-progress"])
@@ -334,7 +384,7 @@ def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
         (["--help"], 0),
         (["--list-scenarios"], 0),
         (["--cp", "1", "--scenario", "tiny_extends", "--allocator", "sglang", "--no-progress"], 0),
-        # cp 2 with the progress bar on: it goes to stderr, which is not a terminal here
+        # cp 2 with progress on: stderr is not a terminal here, so a line per scenario run
         (["--cp", "2", "--scenario", "tiny_extends", "--split", "zigzag"], 0),
         (["--cp", "2", "--scenario", "fresh_prompts_cp2", "--sglang-offsets", "upstream"], 1),
     ],
@@ -342,7 +392,10 @@ def _closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
 )
 def test_closed_stdout_is_quiet(argv, code):
     proc = _closed_stdout_run(*argv)
-    assert proc.stderr == "" and proc.returncode == code
+    assert proc.returncode == code
+    progress = [ln for ln in proc.stderr.splitlines() if re.match(r"cpkv-validate: \d+/2 ", ln)]
+    assert proc.stderr == "".join(f"{line}\n" for line in progress)  # nothing but progress
+    assert len(progress) == (0 if "--no-progress" in argv or "--cp" not in argv else 2)
 
 
 def test_closed_stdout_keeps_the_exit_code_of_an_error():
@@ -438,6 +491,7 @@ def test_a_failed_json_write_leaves_the_old_report(hostile_dir, tmp_path_factory
         tmp_path_factory.mktemp("fsize"),
         cwd=hostile_dir,
         fsize=256,  # well below a report, above the probe file (empty)
+        preimport=("torch",),  # imported once the arguments are checked; its ldconfig is not ours
     )
     assert run.code == 2 and "tiny_extends" in run.out, run
     assert run.err.startswith(f"cpkv-validate: error: cannot write --json {old}")

@@ -12,8 +12,18 @@ ENTRY_MODULES = {"cli", "refserver"}
 
 def test_all_is_the_public_surface():
     assert len(set(v.__all__)) == len(v.__all__)
+    for name in v.__all__:  # imported on first use (PEP 562); every one resolves
+        getattr(v, name)
     public = {n for n in vars(v) if not n.startswith("_")} - {"annotations"} - ENTRY_MODULES
     assert public == set(v.__all__), sorted(public ^ set(v.__all__))
+    assert set(dir(v)) >= set(v.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    import pytest
+
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        v.nope  # noqa: B018
 
 
 def test_every_public_callable_and_class_has_a_docstring():

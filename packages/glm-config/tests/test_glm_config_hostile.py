@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 from _glmcfg_fixtures import raw
 from glm_config.cli import main
-from hostile_cli import run_in_process, run_into_closed_pipe, run_measured, tree
+from hostile_cli import (
+    run_in_process,
+    run_interrupted_at_import,
+    run_into_closed_pipe,
+    run_measured,
+    tree,
+)
 
 
 def _glm(**changes: object) -> str:
@@ -299,3 +305,16 @@ def test_show_into_head_dash_1_is_quiet(hostile_dir):
         timeout=300,
     )
     assert proc.stdout == "{\n" and proc.stderr == "" and proc.returncode == 0
+
+
+def test_ctrl_c_while_show_imports_transformers_is_one_line(tmp_path):
+    """Ctrl-C during ``show``'s seconds of importing transformers: one line, exit 130 (before:
+    a ``KeyboardInterrupt`` traceback)."""
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(MODELS["good"])
+    proc, fired = run_interrupted_at_import(
+        "glm-config", ["show", str(d)], "transformers", tmp_path
+    )
+    assert fired, "glm-config show never imported transformers: the test proves nothing"
+    assert proc.returncode == 130 and proc.stderr == "glm-config: interrupted\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from _serve_guard import GUARD_EXIT, guarded_run, tree
+from hostile_cli import run_interrupted_at_import
 from sglang_cpkv._machine import cuda_device_count
 
 FIXTURE = Path(__file__).parent / "fixtures" / "glm51_fp8" / "config.json"
@@ -292,6 +293,52 @@ CASES: dict[str, Case] = {
         ["--model-path", "{m}/glm", *DRY, "--dry-run-format", "yaml"],
         "argument --dry-run-format: invalid choice: 'yaml'", "choose from", GLM_DIR,
     ),
+    "gpu_mem_negative": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cpkv-shared-kv", "--cpkv-gpu-mem-gib", "-1"],
+        "argument --cpkv-gpu-mem-gib: '-1' is not a GPU's memory", "in (0, 4096]", GLM_DIR,
+    ),
+    "gpu_mem_nan": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cpkv-shared-kv", "--cpkv-gpu-mem-gib", "nan"],
+        "'nan' is not a GPU's memory", "e.g. 141 (H200)", GLM_DIR,
+    ),
+    "gpu_mem_inf": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cpkv-gpu-mem-gib=inf"],
+        "'inf' is not a GPU's memory", "in (0, 4096]", GLM_DIR,
+    ),
+    "gpu_mem_zero": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cpkv-gpu-mem-gib", "0"],
+        "'0' is not a GPU's memory", "in (0, 4096]", GLM_DIR,
+    ),
+    "gpu_mem_bytes": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cpkv-gpu-mem-gib", "151397597184"],
+        "'151397597184' is not a GPU's memory", "GiB per GPU", GLM_DIR,
+    ),
+    # SGLang's own arguments, from the table of its parser (sglang_options.json)
+    "sglang_option_misspelt": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cp-stratgy", "interleave"],
+        "unrecognized arguments: --cp-stratgy interleave", "did you mean --cp-strategy?",
+        GLM_DIR,
+    ),
+    "sglang_choice_bad": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cp-strategy", "bogus"],
+        "argument --cp-strategy: invalid choice: 'bogus'", "choose from 'zigzag', 'interleave'",
+        GLM_DIR,
+    ),
+    "sglang_option_ambiguous": Case(
+        ["--model-path", "{m}/glm", *DRY, "--cp", "interleave"],
+        "ambiguous option: --cp could match --cp-strategy, --cpu-offload-gb",
+        "checked before its import", GLM_DIR,
+    ),
+    "sglang_float_bad": Case(
+        ["--model-path", "{m}/glm", *DRY, "--mem-fraction-static", "most"],
+        "argument --mem-fraction-static: invalid float value: 'most'", "SGLang would refuse",
+        GLM_DIR,
+    ),
+    "sglang_flag_with_value": Case(
+        ["--model-path", "{m}/glm", *DRY, "--enable-prefill-cp=yes"],
+        "argument --enable-prefill-cp: ignored explicit argument 'yes'", "SGLang would refuse",
+        GLM_DIR,
+    ),
     # the machine (serving, or a dry run of this machine)
     "serve_more_ranks_than_the_machine": Case(
         ["--model-path", "{m}/glm", "--tp", "100000"],
@@ -378,3 +425,12 @@ def test_the_guard_catches_an_sglang_import(tmp_path: Path):
         ["--model-path", str(model / "llama"), *DRY], tmp_path / "guard", cwd=tmp_path / "box"
     )
     assert run.code == GUARD_EXIT and "GUARD: import of sglang" in run.err, run
+
+
+def test_ctrl_c_while_sglang_imports_is_one_line(tmp_path: Path):
+    """Ctrl-C during the dry run's SGLang import (tens of seconds): one line, exit 130 (before:
+    a ``KeyboardInterrupt`` traceback)."""
+    argv = ["--model-path", str(FIXTURE.parent), "--tp", "8", *DRY]
+    proc, fired = run_interrupted_at_import("cpkv-serve", argv, "sglang", tmp_path)
+    assert fired, "cpkv-serve never imported sglang: the test proves nothing"
+    assert proc.returncode == 130 and proc.stderr == "cpkv-serve: interrupted\n"

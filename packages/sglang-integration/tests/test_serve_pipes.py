@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from _serve_guard import GUARD_EXIT, guarded_run
 from sglang_cpkv._flags import build_parser
+from sglang_cpkv._sglang_options import sglang_help
 
 GLM51 = Path(__file__).parent / "fixtures" / "glm51_fp8"
 QUIET = ("Traceback", "BrokenPipe", "Exception ignored")
@@ -51,8 +52,25 @@ def test_refusal_into_a_closed_pipe_is_one_line(tmp_path):
     )
 
 
-def test_help_prints_cpkv_flags_before_importing_sglang(tmp_path):
-    """cpkv's help is out (flushed) before SGLang's slow import, which the guard stops here."""
+def test_help_prints_cpkv_flags_and_sglangs_without_importing_sglang(tmp_path):
+    """cpkv's help, then SGLang's, stored from the installed release's parser: no SGLang, torch
+    or transformers import (before: SGLang imported for its help, 15-66 s)."""
+    run = guarded_run(
+        ["--help"], tmp_path / "guard", cwd=tmp_path, block=("sglang", "torch", "transformers")
+    )
+    assert run.code == 0 and run.err == "", run
+    assert run.out == build_parser().format_help() + "\n--- sglang serve ---\n" + sglang_help()
+
+
+def test_help_of_another_sglang_release_comes_from_sglang(tmp_path, monkeypatch):
+    """The stored help is one release's: with another installed, SGLang prints its own (the
+    guard stops that import here, after cpkv's help is out)."""
+    site = tmp_path / "site"
+    (site / "sglang-0.5.21.dist-info").mkdir(parents=True)
+    (site / "sglang-0.5.21.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.21\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
     run = guarded_run(["--help"], tmp_path / "guard", cwd=tmp_path, block=("sglang", "torch"))
     assert run.code == GUARD_EXIT, run
     assert run.out == build_parser().format_help() + "\n--- sglang serve ---\n"
@@ -69,6 +87,8 @@ def test_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
     )
     assert run.code == 0, run
     assert not any(word in run.err for word in QUIET), run
+    # SGLang's JIT arch probe warned about this machine, which a --gpu run does not describe
+    assert "Cannot detect CUDA architecture" not in run.err, run
 
 
 def test_closed_stdout_check_is_stdouts_own():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from benchkit import UNITS, Quantiles, quantiles
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 # (samples, p50, p20, p80), positions q * (n - 1) interpolated by hand
@@ -30,6 +30,9 @@ def test_fixed_table(samples, p50, p20, p80):
 finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
 
 
+# deadline=None: torch's first quantile call sets up its kernels (about 1 s on a loaded 2-core
+# runner: the first example ran 993 ms against hypothesis's 200 ms); this test is about values
+@settings(deadline=None)
 @given(st.lists(finite, min_size=1, max_size=60))
 def test_agrees_with_numpy_and_torch_linear(samples):
     got = quantiles(samples)

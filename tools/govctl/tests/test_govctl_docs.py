@@ -46,7 +46,8 @@ def test_pre_commit_hook() -> None:
     yaml = pytest.importorskip("yaml")
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == "govctl-check"
-    assert hook["entry"] == "govctl check"
+    assert hook["entry"] == "python -m govctl check"  # the hook environment's python
+    assert hook["language"] == "python"
     assert hook["pass_filenames"] is False
     files = re.compile(hook["files"])
     assert files.search("gov/work/2026-11-29-x.toml") and files.search("gov/config.toml")

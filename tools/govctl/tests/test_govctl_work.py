@@ -269,6 +269,18 @@ def test_usage_errors(run_line, tmp_path: Path) -> None:
     assert run_line(["--version"]).stdout.startswith("govctl ")
 
 
+@pytest.mark.parametrize("given", [None, "gov", "gov/work", "empty"])
+def test_check_with_no_work_items_is_a_usage_error(run_line, gov_repo: Path, given) -> None:
+    """An empty or mistyped directory used to pass: "ok -- 0 files checked", exit 0."""
+    (gov_repo / "empty").mkdir()
+    (gov_repo / "empty" / "notes.md").write_text("not a work item\n")
+    r = run_line(["check"] if given is None else ["check", given], cwd=gov_repo)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "holds no work items (*.toml)" in r.stderr
+    where = "empty" if given == "empty" else "work"
+    assert r.stderr.startswith("govctl: error: ") and f"{where} holds no" in r.stderr
+
+
 def test_check_a_gov_directory_and_a_single_file(govctl, gov_repo: Path, item: Path) -> None:
     assert govctl("check", "gov").stdout == "ok -- 1 file checked\n"
     assert govctl("check", item).stdout == "ok -- 1 file checked\n"

@@ -1,11 +1,17 @@
-"""Batch-N-with-CP against batch-1-without-CP: per-request diffs, verdicts and leak sources."""
+"""Batch-N-with-CP against batch-1-without-CP: per-request diffs, verdicts and leak sources.
+
+Nothing here imports torch at module level: the command line (``--help``, bad flags) and the
+http engine use the result types without it; only :func:`compare_rows` needs tensors.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["TOLERANCE", "Report", "RequestResult", "ScenarioResult", "compare_rows"]
 
@@ -23,9 +29,12 @@ class RequestResult:
         rows: rows compared (tokens it computed at batch N, or generated tokens for http).
         max_abs_diff: largest |batch N - golden| over those rows (inf on NaN or a length change).
         first_bad: first position whose row differs beyond tolerance, or None.
-        verdict: ``PASS``, ``FAIL`` (contamination: rows differ or a foreign row was read).
+        verdict: ``PASS``, ``FAIL`` (contamination: rows differ or a foreign row was read),
+            or ``SHORT`` (http: a run too short to be evidence; see ``_http``).
         leak_sources: requests whose KV (or text) showed up in this one's.
         leaks: details (layer, kind, position, source) from the reference engine's audit.
+        evidence: http: tokens each run generated and why it ended, e.g.
+            ``{"alone": "32 (length)", "batch": "0 (length)"}``; None for the reference engine.
     """
 
     scenario: str
@@ -37,6 +46,7 @@ class RequestResult:
     verdict: str
     leak_sources: list[str] = field(default_factory=list)
     leaks: list[dict[str, object]] = field(default_factory=list)
+    evidence: dict[str, str] | None = None
 
 
 @dataclass
@@ -60,6 +70,8 @@ class ScenarioResult:
 
 @dataclass
 class Report:
+    """A whole run: its configuration, every scenario run, and its wall time."""
+
     config: dict[str, object]
     scenarios: list[ScenarioResult]
     wall_s: float = 0.0
@@ -67,6 +79,10 @@ class Report:
     @property
     def ok(self) -> bool:
         return all(s.ok for s in self.scenarios)
+
+    def verdicts(self, verdict: str) -> list[RequestResult]:
+        """The requests, over every scenario run, whose verdict is ``verdict``."""
+        return [r for s in self.scenarios for r in s.requests if r.verdict == verdict]
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -87,6 +103,8 @@ def compare_rows(
     Returns:
         (max_abs_diff, first bad position or None); inf when shapes differ or a value is NaN.
     """
+    import torch
+
     if got.shape != want.shape:
         return math.inf, int(positions[0]) if positions.numel() else 0
     if got.numel() == 0:

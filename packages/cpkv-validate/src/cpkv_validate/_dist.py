@@ -43,7 +43,9 @@ def _threads(opts: Options) -> None:
         torch.set_num_threads(1)
 
 
-def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) -> None:
+def _worker(
+    rank: int, runs: list[Options], port: int, path: str, show: bool, count: tuple[int, int]
+) -> None:
     # Ctrl-C reaches the whole process group; the parent alone answers it (ends the ranks, one
     # line), so a rank must not print a KeyboardInterrupt traceback of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -60,10 +62,10 @@ def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) ->
         **({"device_id": torch.device("cuda", torch.cuda.current_device())} if cuda else {}),
     )
     try:
-        progress = _Progress(sum(len(o.scenarios) for o in runs)) if (rank == 0 and show) else None
+        progress = _Progress(runs, count) if (rank == 0 and show) else None
         comm = DistComm()
         try:
-            results = [run_all(o, comm, progress) for o in runs]
+            results = [run_all(o, comm, progress, progress and progress.result) for o in runs]
         finally:
             if progress:
                 progress.close()
@@ -76,13 +78,24 @@ def _worker(rank: int, runs: list[Options], port: int, path: str, show: bool) ->
 
 
 class _Progress:
-    """A rich progress bar over (scenario, phase) ticks, drawn by rank 0 on stderr."""
+    """Progress on stderr, drawn by rank 0: a rich bar over (scenario, phase) ticks on a
+    terminal; in a pipe or a log (where a bar is noise) a line per finished scenario run.
 
-    def __init__(self, n: int) -> None:
+    Args:
+        count: (scenario runs finished before these, scenario runs in the whole command).
+    """
+
+    def __init__(self, runs: list[Options], count: tuple[int, int] | None = None) -> None:
+        import sys
+
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+        n = sum(len(o.scenarios) for o in runs)
+        self.done, self.total = count or (0, n)
+        self.stream = sys.stderr
         console = Console(stderr=True)  # stdout carries the report (and may be a pipe)
+        self.lines = not console.is_terminal
         self.bar = Progress(
             TextColumn("[bold]cpkv-validate"),
             BarColumn(),
@@ -90,13 +103,27 @@ class _Progress:
             TextColumn("{task.description}"),
             transient=True,
             console=console,
-            disable=not console.is_terminal,  # a bar in a log file is noise
+            disable=self.lines,
         )
         self.bar.start()
         self.task = self.bar.add_task("starting", total=2 * n)
 
     def __call__(self, what: str, advance: int = 0) -> None:
         self.bar.update(self.task, advance=advance, description=what)
+
+    def result(self, sc: ScenarioResult) -> None:
+        """One line for a finished scenario run, when there is no bar."""
+        self.done += 1
+        if not self.lines:
+            return
+        verdict = "PASS" if sc.ok else "FAIL"
+        rows = sum(r.rows for r in sc.requests)
+        print(
+            f"cpkv-validate: {self.done}/{self.total} {verdict} {sc.name} (cp {sc.cp}, "
+            f"{sc.split}, {sc.allocator}): {len(sc.requests)} requests, {rows} rows",
+            file=self.stream,
+            flush=True,
+        )
 
     def close(self) -> None:
         self.bar.stop()
@@ -108,18 +135,24 @@ def run_reference(opts: Options, show_progress: bool = True) -> list[ScenarioRes
 
 
 def run_reference_many(
-    runs: list[Options], show_progress: bool = False
+    runs: list[Options], show_progress: bool = False, count: tuple[int, int] | None = None
 ) -> list[list[ScenarioResult]]:
-    """Several runs with the same ``cp`` and ``device`` in one process group (one spawn)."""
+    """Several runs with the same ``cp`` and ``device`` in one process group (one spawn).
+
+    Args:
+        count: for the progress lines, (scenario runs finished before these, in all); default
+            these runs alone.
+    """
+    count = count or (0, sum(len(o.scenarios) for o in runs))
     if len({(o.cp, o.device) for o in runs}) != 1:
         raise ValueError("run_reference_many: every run must have the same cp and device")
     opts = runs[0]
     if opts.cp == 1:
         threads = torch.get_num_threads()
         _threads(opts)
-        progress = _Progress(sum(len(o.scenarios) for o in runs)) if show_progress else None
+        progress = _Progress(runs, count) if show_progress else None
         try:
-            return [run_all(o, None, progress) for o in runs]
+            return [run_all(o, None, progress, progress and progress.result) for o in runs]
         finally:
             torch.set_num_threads(threads)
             if progress:
@@ -134,7 +167,7 @@ def run_reference_many(
         try:
             ctx = mp.start_processes(
                 _worker,
-                args=(runs, free_port(), path, show_progress),
+                args=(runs, free_port(), path, show_progress, count),
                 nprocs=opts.cp,
                 join=False,
                 start_method="spawn" if opts.device == "cuda" else "fork",

@@ -12,132 +12,31 @@ flip everything differs; comparing only the first N tokens keeps that window sho
 whose greedy choices have wide margins (the test's, checked offline) leaves no room for it. A
 leak is attributed to request j when j's marker shows up in the diverged output, or when the
 diverged tokens continue j's own golden output.
+
+The evidence rule: equal outputs prove nothing when there is nothing to compare. A request whose
+alone or batch run generated fewer than ``max_tokens`` tokens without the server saying it
+stopped (finish reason ``"stop"``), or that has no token to compare at all, is ``SHORT``, not
+``PASS``: a server that generates nothing (or one token of 32) would otherwise look clean.
+Columns: ``compared`` is the token positions looked at (the first ``compare_tokens`` positions
+either run produced); ``differing`` counts those whose tokens differ or that one run lacks, so it
+never exceeds ``compared``.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import re
+import sys
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ._client import Completion, CompletionsClient
 from ._compare import Report, RequestResult, ScenarioResult
 
-__all__ = ["CompletionsClient", "make_prompts", "run_http", "token_diff"]
+__all__ = ["CompletionsClient", "evidence_short", "make_prompts", "run_http", "token_diff"]
 
-_WORD = re.compile(r"\S+")
-
-
-class CompletionsClient:
-    """A minimal ``/v1/completions`` client on the standard library (one request per thread).
-
-    Args:
-        url: server base URL (``http://host:port`` or ``http://host:port/v1``).
-        timeout: seconds per request.
-    """
-
-    def __init__(self, url: str, timeout: float = 120.0) -> None:
-        base = url.rstrip("/")
-        self.base = base if base.endswith("/v1") else base + "/v1"
-        self.timeout = timeout
-        self.logprobs = True  # ask for per-token output; dropped if the server refuses it
-        self.token_sources: set[str] = set()  # where the compared tokens came from
-
-    def _call(self, path: str, body: dict | None = None) -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.base + path, data=data, headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError:
-            raise
-        except (urllib.error.URLError, OSError) as exc:
-            raise ConnectionError(f"cannot reach {self.base}{path}: {exc}") from exc
-        try:
-            return json.loads(raw)
-        except ValueError:  # not JSON, or not UTF-8
-            raise ConnectionError(
-                f"{self.base}{path} did not answer JSON (it began {raw[:40]!r}); is --url an "
-                f"OpenAI-compatible server?"
-            ) from None
-
-    def _refused(self, path: str, exc: urllib.error.HTTPError) -> ConnectionError:
-        return ConnectionError(
-            f"{self.base}{path} answered HTTP {exc.code} {exc.reason}; is --url an "
-            f"OpenAI-compatible server (and --model one it serves)?"
-        )
-
-    def flush_cache(self) -> str | None:
-        """Drop the server's prefix cache (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``).
-
-        Returns:
-            The endpoint that worked, or None when the server has neither.
-        """
-        root = self.base[: -len("/v1")]
-        for path in ("/flush_cache", "/reset_prefix_cache"):
-            req = urllib.request.Request(root + path, data=b"", method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout):
-                    return path
-            except urllib.error.HTTPError:
-                continue
-            except (urllib.error.URLError, OSError) as exc:
-                raise ConnectionError(f"cannot reach {root}{path}: {exc}") from exc
-        return None
-
-    def models(self) -> list[str]:
-        try:
-            out = self._call("/models")
-        except urllib.error.HTTPError as exc:
-            raise self._refused("/models", exc) from None
-        data = out.get("data") if isinstance(out, dict) else None
-        if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
-            raise ConnectionError(
-                f"{self.base}/models did not list models as {{'data': [{{'id': ...}}]}}; pass "
-                f"--model NAME"
-            )
-        return [str(m["id"]) for m in data]
-
-    def complete(self, model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
-        """Greedy completion of ``prompt``; returns the generated tokens (strings)."""
-        body = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "top_p": 1,
-            "seed": seed,
-        }
-        try:
-            if self.logprobs:
-                try:
-                    out = self._call("/completions", {**body, "logprobs": 1})
-                except urllib.error.HTTPError as exc:
-                    if exc.code not in (400, 422, 501):
-                        raise
-                    self.logprobs = False
-                    return self.complete(model, prompt, max_tokens, seed)
-            else:
-                out = self._call("/completions", body)
-        except urllib.error.HTTPError as exc:
-            raise self._refused("/completions", exc) from None
-        try:
-            choice = out["choices"][0]
-            choice.get("text")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise ConnectionError(
-                f"{self.base}/completions answered without choices[0] (got {str(out)[:60]}); is "
-                f"--url an OpenAI-compatible server?"
-            ) from None
-        toks = (choice.get("logprobs") or {}).get("tokens")
-        # a server may accept logprobs and still not return them (transformers serve)
-        self.token_sources.add("logprobs.tokens" if toks else "whitespace-split text")
-        return list(toks) if toks else _WORD.findall(choice.get("text", ""))
+#: Verdict of a request whose runs are too short to be evidence (see the module docstring).
+SHORT = "SHORT"
 
 
 def make_prompts(
@@ -189,6 +88,66 @@ def _attribute(
     return found
 
 
+def evidence_short(run: Completion, max_tokens: int) -> bool:
+    """Whether ``run`` is too short to be evidence: fewer than ``max_tokens`` generated tokens
+    while the server did not say it stopped by itself (finish reason ``"stop"``)."""
+    return run.generated < max_tokens and run.finish_reason != "stop"
+
+
+def _evidence(run: Completion) -> str:
+    return f"{run.generated} ({run.finish_reason or 'no finish reason'})"
+
+
+def _result(
+    i: int,
+    prompts: list[tuple[str, str, str]],
+    alone: list[Completion],
+    batch: list[Completion],
+    n_cmp: int,
+    max_tokens: int,
+) -> RequestResult:
+    """Request ``i``: FAIL on a differing token, else SHORT without evidence, else PASS."""
+    name, marker, _ = prompts[i]
+    got, want = batch[i].tokens, alone[i].tokens
+    n_bad, first = token_diff(got, want, n_cmp)
+    compared = max(len(got[:n_cmp]), len(want[:n_cmp]))
+    golden = [c.tokens for c in alone]
+    markers = [mk for _, mk, _ in prompts]
+    sources = _attribute(i, got, golden, markers, first) if first is not None else []
+    short = compared == 0 or any(evidence_short(r, max_tokens) for r in (alone[i], batch[i]))
+    verdict = "FAIL" if n_bad else SHORT if short else "PASS"
+    return RequestResult(
+        scenario="http_shared_prefix",
+        request=name,
+        marker=marker,
+        rows=compared,
+        max_abs_diff=float(n_bad),
+        first_bad=first,
+        verdict=verdict,
+        leak_sources=sources,
+        evidence={"alone": _evidence(alone[i]), "batch": _evidence(batch[i])},
+    )
+
+
+class _Lines:
+    """Progress as plain lines on stderr, one per finished completion (for pipes and logs).
+
+    A rich bar redraws one line on a terminal; in a pipe or a log it is noise and was disabled,
+    which left the command silent until the whole table came out.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+
+    def __call__(self, phase: str, name: str, run: Completion) -> None:
+        self.done += 1
+        print(
+            f"cpkv-validate: {self.done}/{self.total} {phase} {name}: {_evidence(run)} tokens",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def run_http(
     url: str,
     *,
@@ -205,6 +164,10 @@ def run_http(
 
     Args:
         compare_tokens: how many leading generated tokens must match (default ``max_tokens``).
+        show_progress: a bar on a terminal stderr, else a line per completion.
+
+    Raises:
+        ServerError: a transport or protocol failure (one line).
     """
     from rich.console import Console
     from rich.progress import Progress
@@ -224,47 +187,33 @@ def run_http(
     warm = f"{prefix} Warmup request"  # caches the shared prefix, as a system prompt would be
     bar_console = Console(stderr=True)  # stdout carries the report (and may be a pipe)
     show = show_progress and bar_console.is_terminal  # a bar in a log file is noise
+    lines: Callable[[str, str, Completion], None] | None = None
+    if show_progress and not show:
+        lines = _Lines(2 * len(prompts))
     with Progress(transient=True, disable=not show, console=bar_console) as bar:
         task = bar.add_task("golden (sequential)", total=2 * len(prompts))
-        client.complete(model, warm, 1, seed)
-        golden = []
-        for _, _, text in prompts:
-            golden.append(client.complete(model, text, max_tokens, seed))
+
+        def one(phase: str, name: str, text: str) -> Completion:
+            out = client.generate(model, text, max_tokens, seed)
             bar.advance(task)
+            if lines:
+                lines(phase, name, out)
+            return out
+
+        client.generate(model, warm, 1, seed)
+        alone = [one("alone", name, text) for name, _, text in prompts]
         # Without a flush the batch would hit each prompt's own cached copy from its golden run
         # and never share a partially filled prefix page with another request.
         flushed = client.flush_cache()
-        client.complete(model, warm, 1, seed)
+        client.generate(model, warm, 1, seed)
         bar.update(task, description=f"batch (concurrency {concurrency})")
-
-        def one(text: str) -> list[str]:
-            out = client.complete(model, text, max_tokens, seed)
-            bar.advance(task)
-            return out
-
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            batch = list(pool.map(one, [t for _, _, t in prompts]))
-    markers = [mk for _, mk, _ in prompts]
-    results = []
-    for i, (name, marker, _) in enumerate(prompts):
-        n_bad, first = token_diff(batch[i], golden[i], n_cmp)
-        sources = _attribute(i, batch[i], golden, markers, first) if first is not None else []
-        results.append(
-            RequestResult(
-                scenario="http_shared_prefix",
-                request=name,
-                marker=marker,
-                rows=min(len(golden[i]), n_cmp),
-                max_abs_diff=float(n_bad),
-                first_bad=first,
-                verdict="FAIL" if n_bad else "PASS",
-                leak_sources=sources,
-            )
-        )
+            batch = list(pool.map(lambda p: one("batch", p[0], p[2]), prompts))
+    results = [_result(i, prompts, alone, batch, n_cmp, max_tokens) for i in range(len(prompts))]
     sc = ScenarioResult(
         "http_shared_prefix",
         "shared-prefix prompts with distinct markers: concurrent batch vs sequential golden "
-        f"(greedy); diff = differing tokens among the first {n_cmp} generated",
+        f"(greedy); diff = differing token positions among the first {n_cmp} generated",
         results,
     )
     config = {
@@ -277,7 +226,11 @@ def run_http(
         "compare_tokens": n_cmp,
         "seed": seed,
         "tolerance": 0,
-        "diff_unit": f"differing tokens among the first {n_cmp} generated",
+        "diff_unit": f"differing token positions among the first {n_cmp} generated",
+        "evidence_rule": (
+            f"each run generates {max_tokens} tokens or ends with finish reason 'stop'; a "
+            f"request with less, or with nothing to compare, is {SHORT}"
+        ),
         "token_source": " + ".join(sorted(client.token_sources)),
         "cache_flush": flushed or "unavailable (the batch may reuse the golden runs' cache)",
     }

@@ -66,30 +66,41 @@ def _reference_table(report: Report) -> Table:
     return table
 
 
+_STYLE = {"PASS": "green", "SHORT": "bold yellow"}
+
+
 def _http_table(report: Report) -> Table:
-    """One row per request: differing generated tokens, verdict, the request that leaked in."""
+    """One row per request: its evidence, the token positions compared and differing, verdict.
+
+    ``compared`` counts the positions looked at (the first ``--compare-tokens`` either run
+    produced) and ``differing`` those among them that differ, so differing <= compared.
+    """
     table = Table()
     for col, just in (
         ("scenario", "left"),
         ("request", "left"),
         ("marker", "right"),
-        ("tokens compared", "right"),
-        ("tokens differing", "right"),
+        ("alone: tokens (finish)", "right"),
+        ("batch: tokens (finish)", "right"),
+        ("positions compared", "right"),
+        ("differing", "right"),
         ("verdict", "left"),
         ("leak source", "left"),
     ):
         table.add_column(col, justify=just)
     for sc in report.scenarios:
         for i, r in enumerate(sc.requests):
-            style = "green" if r.verdict == "PASS" else "bold red"
+            evidence = r.evidence or {}
             table.add_row(
                 sc.name if i == 0 else "",
                 r.request,
                 r.marker,
+                evidence.get("alone", "?"),
+                evidence.get("batch", "?"),
                 str(r.rows),
                 str(int(r.max_abs_diff)),
-                f"[{style}]{r.verdict}[/]",
-                _source(r),
+                f"[{_STYLE.get(r.verdict, 'bold red')}]{r.verdict}[/]",
+                _source(r) if r.verdict == "FAIL" else "—",
                 end_section=i == len(sc.requests) - 1,
             )
     return table
@@ -137,13 +148,20 @@ def print_report(report: Report, console: Console | None = None) -> None:
         table = _reference_table(report)
     console.print(f"[bold]{title}[/]")
     console.print(table)
-    bad = [s for s in report.scenarios if not s.ok]
+    bad = [s for s in report.scenarios if any(r.verdict == "FAIL" for r in s.requests)]
+    short = report.verdicts("SHORT")
     runs, n = len(report.scenarios), sum(len(s.requests) for s in report.scenarios)
     if bad:
         names = ", ".join(dict.fromkeys(s.name for s in bad))
         console.print(
             f"[bold red]CONTAMINATION[/] in {len(bad)}/{runs} scenario runs ({names}); "
             f"tolerance {cfg.get('tolerance')}; {report.wall_s:.1f}s"
+        )
+    elif short:
+        console.print(
+            f"[bold yellow]NO EVIDENCE[/]: {len(short)}/{n} requests generated fewer than "
+            f"{cfg.get('max_tokens')} tokens without finish reason 'stop' (or nothing to "
+            f"compare); {report.wall_s:.1f}s"
         )
     else:
         console.print(

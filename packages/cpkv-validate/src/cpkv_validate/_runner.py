@@ -212,9 +212,16 @@ def _shared_written(eng: Engine, batch: list[tuple[str, int]]) -> int:
 
 
 def run_all(
-    opts: Options, comm: object | None = None, progress: Callable[[str, int], None] | None = None
+    opts: Options,
+    comm: object | None = None,
+    progress: Callable[[str, int], None] | None = None,
+    on_result: Callable[[ScenarioResult], None] | None = None,
 ) -> list[ScenarioResult]:
-    """Run every scenario in ``opts`` on this rank (``comm`` = its CP group; None = cp 1)."""
+    """Run every scenario in ``opts`` on this rank (``comm`` = its CP group; None = cp 1).
+
+    ``on_result`` is called with each scenario's result as soon as it is known (rank 0 prints a
+    line per scenario run in a pipe or a log, instead of nothing until the table).
+    """
     comm = comm if comm is not None else LocalComm()
     cfg = opts.model_config()
     device = torch.device(opts.device)
@@ -227,4 +234,6 @@ def run_all(
         text_seed = opts.seed * 1_000_003 + zlib.crc32(name.encode())
         sc = build_scenario(name, cfg.page_size, text_seed, cfg.vocab_size)
         out.append(run_scenario(sc, cfg, w, opts, comm, progress))
+        if on_result is not None:
+            on_result(out[-1])
     return out

@@ -1,12 +1,16 @@
 """``cpkv-validate``: check that batch size > 1 (with CP) gives every request its own KV.
 
 Exit status: 0 every request matches batch size 1; 1 contamination (or a mismatch) somewhere;
-2 bad input (one line on stderr names the input and the fix; nothing is run or written). Every
-number is bounded before anything is built or started: ``--cp`` by the host (at most 16 CPU
-ranks, or the visible GPUs), the http engine's counts by ``_limits``. A reader that closes stdout
-early (``| head -1``) ends the output quietly; the exit status stays the command's own. Ctrl-C
-ends every rank and exits 130 with one line; ``--json`` is written through a temporary file
-renamed into place, so it is either the whole new report or what was there before.
+2 bad input (one line on stderr names the input and the fix; nothing is run or written), a
+server that cannot be used (one line: unreachable, not HTTP, not the OpenAI API), or a server
+whose completions are too short to be evidence (the table, then one line). Every number is
+bounded before anything is built or started: ``--cp`` by the host (at most 16 CPU ranks, or the
+visible GPUs), the http engine's counts by ``_limits``. Arguments are parsed and checked before
+torch is imported (``--help`` and a refusal take a fraction of a second; the http engine never
+imports torch). A reader that closes stdout early (``| head -1``) ends the output quietly; the
+exit status stays the command's own. Ctrl-C, during start-up or the run, ends every rank and
+exits 130 with one line; ``--json`` is written through a temporary file renamed into place, so it
+is either the whole new report or what was there before.
 
 Examples::
 
@@ -23,11 +27,11 @@ import argparse
 import sys
 import time
 
+# Only modules without torch (or rich) at import: the parser and its checks run first.
 from . import _limits as lim
 from ._cli_checks import DEFAULT_CP, HTTP_ONLY, check_args, plan
 from ._cli_io import CliInputError, OneLineParser, quiet_stdout
 from ._compare import TOLERANCE, Report, ScenarioResult
-from ._report import print_report, write_json
 from ._scenarios import SCENARIOS, scenario_names
 
 __all__ = ["DEFAULT_CP", "build_parser", "main"]
@@ -43,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cross-request KV contamination check: every request at batch size N (with "
         "context parallelism) against the same request alone at batch size 1 without CP.",
         epilog="exit status: 0 every request matches batch size 1; 1 contamination or a mismatch; "
-        "2 bad input or an unreachable server (one line on stderr names it and the fix); 130 "
-        "interrupted (Ctrl-C; --json is left as it was, it is only ever replaced whole)",
+        "2 bad input, a server that cannot be used, or completions too short to be evidence "
+        "(one line on stderr names it and the fix); 130 interrupted (Ctrl-C; --json is left as "
+        "it was, it is only ever replaced whole)",
     )
     p.add_argument(
         "--engine",
@@ -58,7 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="weights and text seed, 0..2**63-1; default 0"
     )
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (on stderr)")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr (a bar on a terminal; otherwise, in a pipe or a log, a line "
+        "per finished scenario run or completion)",
+    )
     ref = p.add_argument_group("reference engine")
     ref.add_argument(
         "--scenario",
@@ -167,7 +177,9 @@ def _reference(args: argparse.Namespace) -> Report:
     allocators = list(dict.fromkeys(args.allocator or ALLOCATOR_MODES))
     t0 = time.perf_counter()
     results: list[ScenarioResult] = []
-    for cp, names in sorted(plan(args).items()):
+    planned = sorted(plan(args).items())
+    total = sum(len(names) for _, names in planned) * len(splits) * len(allocators)
+    for cp, names in planned:
         runs = [
             Options(
                 scenarios=names,
@@ -184,7 +196,8 @@ def _reference(args: argparse.Namespace) -> Report:
             for split in splits
             for allocator in allocators
         ]
-        for part in run_reference_many(runs, show_progress=not args.no_progress):
+        count = (len(results), total)
+        for part in run_reference_many(runs, not args.no_progress, count):
             results.extend(part)
     order = {n: i for i, n in enumerate(scenario_names())}
     results.sort(
@@ -225,6 +238,25 @@ def _http(args: argparse.Namespace) -> Report:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``cpkv-validate``; returns the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C, start-up included: the ranks are ended, --json kept
+        print("cpkv-validate: interrupted" + _json_kept(argv), file=sys.stderr)
+        return 130
+
+
+def _json_kept(argv: list[str] | None) -> str:
+    """ "; --json PATH left as it was" when argv names a report file, for the interrupt line."""
+    argv = sys.argv[1:] if argv is None else argv
+    for i, arg in enumerate(argv):
+        if arg == "--json" and i + 1 < len(argv):
+            return f"; --json {argv[i + 1]} left as it was"
+        if arg.startswith("--json="):
+            return f"; --json {arg.split('=', 1)[1]} left as it was"
+    return ""
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = None
     with quiet_stdout():  # --help into a closed pipe
@@ -241,20 +273,17 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
     except CliInputError as exc:
         parser.error(str(exc))
-    try:
-        return _run(args)
-    except KeyboardInterrupt:  # Ctrl-C: the ranks are ended, --json is left as it was
-        kept = f"; --json {args.json} left as it was" if args.json else ""
-        print(f"cpkv-validate: interrupted{kept}", file=sys.stderr)
-        return 130
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     """Run the checked ``args``, print the table, write ``--json`` (atomically)."""
+    from ._report import print_report, write_json
+
     try:
         report = _reference(args) if args.engine == "reference" else _http(args)
-    except ConnectionError as exc:
-        print(f"cpkv-validate: error: {exc}", file=sys.stderr)
+    except ConnectionError as exc:  # the http engine's ServerError: one line
+        print(f"cpkv-validate: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     with quiet_stdout():
         print_report(report)
@@ -268,7 +297,20 @@ def _run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    return 0 if report.ok else 1
+    if report.ok:
+        return 0
+    if report.verdicts("FAIL"):
+        return 1
+    short = report.verdicts("SHORT")
+    n = sum(len(s.requests) for s in report.scenarios)
+    print(
+        f"cpkv-validate: error: no evidence: {len(short)} of {n} requests generated fewer than "
+        f"--max-tokens {args.max_tokens} tokens without finish reason 'stop' (or nothing to "
+        f"compare), so matching outputs prove nothing; the table shows each run's tokens. Fix: "
+        f"check --model and the server's generation limits, or lower --max-tokens",
+        file=sys.stderr,
+    )
+    return 2
 
 
 if __name__ == "__main__":

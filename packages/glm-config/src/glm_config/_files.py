@@ -102,6 +102,51 @@ def _read_regular(fd: int, path: Path) -> bytes:
     return b"".join(chunks)
 
 
+def read_only_filesystem(path: Path) -> str | None:
+    """The read-only filesystem ``path``'s directory is on (``"/models (ext4)"``), or None.
+
+    Checked on the directory, where the backup and the new file are created. On such a
+    filesystem no mode change helps and ``--force`` cannot write (``EROFS``), so it is named
+    apart from a read-only file (a mode), whose fix is ``chmod``.
+    """
+    directory = path.parent
+    try:
+        flags = os.statvfs(directory).f_flag
+    except OSError:
+        return None
+    if not flags & os.ST_RDONLY:
+        return None
+    mount, fstype = _mount_of(directory)
+    return f"{mount} ({fstype})" if fstype else str(mount)
+
+
+def _mount_of(directory: Path) -> tuple[str, str | None]:
+    """(mount point, filesystem type) holding ``directory``: the longest mount point in
+    ``/proc/self/mountinfo`` that contains it (a bind mount shares its parent's device, so
+    ``os.path.ismount`` cannot find it), else the nearest ``ismount`` ancestor."""
+    target = str(directory.resolve())
+    best: tuple[str, str | None] = ("", None)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5:
+            continue
+        point = parts[4].encode().decode("unicode_escape")  # "\040" in a name is a space
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, (rest.split() or [None])[0])
+    if best[0]:
+        return best
+    p = Path(target)
+    while not os.path.ismount(p):
+        p = p.parent
+    return str(p), None
+
+
 def read_only(path: Path) -> str | None:
     """Why ``path`` counts as read-only (``"mode 0444"``), or None.
 

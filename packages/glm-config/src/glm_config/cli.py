@@ -5,15 +5,18 @@
 
 Exit codes: 0 success; 1 ``show --check`` found fields the installed transformers loads wrong (or
 it cannot load the config at all); 2 bad input, one line on stderr naming it and the fix (nothing
-is written). ``set`` edits only the values it changes (every other byte of the file is kept),
-writes nothing when nothing changes, backs the old file up first, and refuses a config.json that
-already has errors or is read-only unless ``--force`` is given. A reader that closes stdout early
-(``| head -1``) ends the output quietly; the command still finishes with its own exit status.
+is written); 130 interrupted (Ctrl-C, one line). ``set`` edits only the values it changes (every
+other byte of the file is kept), writes nothing when nothing changes, backs the old file up
+first, and refuses a config.json that already has errors or is read-only unless ``--force`` is
+given, and one on a read-only filesystem whatever is given (it names the filesystem). A reader
+that closes stdout early (``| head -1``) ends the output quietly; the command still finishes with
+its own exit status.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Sequence
@@ -21,7 +24,12 @@ from pathlib import Path
 
 from glm_config._cli_io import OneLineParser, emit
 from glm_config._edit import SETTABLE, describe, parse_assignments, plan_edits
-from glm_config._files import read_config_json, read_only, replace_config
+from glm_config._files import (
+    read_config_json,
+    read_only,
+    read_only_filesystem,
+    replace_config,
+)
 from glm_config._jsonedit import edit_text
 from glm_config._settings import is_dsa
 from glm_config._show import inspect, render_json, render_text
@@ -57,13 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``glm-config`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``glm-config`` console script; returns the exit code.
+
+    Ctrl-C (also while ``show`` imports transformers, seconds of the run) is one line and exit
+    130; a ``set`` interrupted mid-write leaves the old file (see ``_files``).
+    """
     try:
+        args = build_parser().parse_args(argv)
         return _show(args) if args.command == "show" else _set(args)
     except GlmConfigError as exc:
         print(f"glm-config: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("glm-config: interrupted", file=sys.stderr)
+        return 130
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -94,6 +109,12 @@ def _set(args: argparse.Namespace) -> int:
     if not edits or new_text == text:
         emit(f"{path}: already set; nothing written")
         return 0
+    if (fs := read_only_filesystem(path)) is not None:
+        raise WriteRefusedError(
+            f"{path} is on a read-only filesystem, {fs} (EROFS): no file mode or --force can "
+            f"write there. Fix: remount it read-write, or copy the model directory to a "
+            f"writable place and edit the copy."
+        )
     if (why := read_only(path)) and not args.force:
         raise WriteRefusedError(
             f"{path} is read-only ({why}); refusing to replace it. Fix: make it writable "
@@ -112,6 +133,8 @@ def _set(args: argparse.Namespace) -> int:
         written = replace_config(path, text, new_text)
     except OSError as exc:
         why = exc.strerror or str(exc)
+        if exc.errno == errno.EROFS:  # remounted read-only since the check above
+            why += f" ({read_only_filesystem(path) or 'its filesystem'} is read-only)"
         raise WriteRefusedError(
             f"cannot write {path}: {why}; it is unchanged and no backup is left. Fix: free space "
             f"or fix permissions in {path.parent}, then run it again."

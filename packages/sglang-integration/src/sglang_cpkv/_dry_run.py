@@ -42,9 +42,13 @@ def emulated_gpu(capability: tuple[int, int]) -> Iterator[None]:
 
     Replaces only the capability query and SGLang's platform facts; restores both on exit.
     """
+    import sglang.srt.runtime_context as rc
     import torch
-    from sglang.srt.runtime_context import override_platform
 
+    # Only the facts this SGLang knows: 0.5.20 and 0.5.21 have no is_mps / is_sm110 and refuse
+    # an unknown fact (their resolution never reads one). The names are SGLang's own table.
+    known = {*getattr(rc, "_PLATFORM_PROBES", {}), *getattr(rc, "_PLATFORM_VALUES", {})}
+    facts = {k: v for k, v in platform_facts(capability).items() if not known or k in known}
     saved = torch.cuda.get_device_capability
 
     def get_device_capability(device: Any = None) -> tuple[int, int]:
@@ -52,7 +56,7 @@ def emulated_gpu(capability: tuple[int, int]) -> Iterator[None]:
 
     torch.cuda.get_device_capability = get_device_capability
     try:
-        with override_platform(**platform_facts(capability)):
+        with rc.override_platform(**facts):
             yield
     finally:
         torch.cuda.get_device_capability = saved

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -62,6 +63,29 @@ def parse_batch_shape(text: str) -> tuple[int, int, int]:
     return shape
 
 
+#: Largest ``--cpkv-gpu-mem-gib``: 4 TiB, over ten times the largest GPU memory shipped (B300,
+#: 288 GB); a bigger figure is a unit slip (MiB or bytes given as GiB), not a GPU.
+MAX_GPU_MEM_GIB = 4096.0
+
+
+def gpu_mem_gib(text: str) -> float:
+    """``--cpkv-gpu-mem-gib``: a finite number of GiB in (0, :data:`MAX_GPU_MEM_GIB`].
+
+    ``-1``, ``0``, ``nan`` and ``inf`` used to be accepted and the capacity figures were
+    printed from them.
+    """
+    try:
+        gib = float(text)
+    except ValueError:
+        gib = math.nan
+    if not (math.isfinite(gib) and 0 < gib <= MAX_GPU_MEM_GIB):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a GPU's memory: give GiB per GPU in (0, {MAX_GPU_MEM_GIB:.0f}], "
+            f"e.g. 141 (H200) or 180 (B200)"
+        )
+    return gib
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser for cpkv-serve's own flags (``allow_abbrev=False``: SGLang's flags pass by)."""
     p = OneLineParser(
@@ -109,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument(
         "--cpkv-gpu-mem-gib",
-        type=float,
+        type=gpu_mem_gib,
         metavar="GIB",
         help="dry run: memory per GPU for the capacity numbers (default: the local GPU; "
         "141 for --gpu sm90 (H200), 180 for --gpu sm100 (B200))",

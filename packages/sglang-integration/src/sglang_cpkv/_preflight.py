@@ -1,7 +1,8 @@
 """Everything ``cpkv-serve`` refuses before it imports SGLang, each refusal one line.
 
 In order: unknown ``--cpkv-*`` flags, the plugin's hook switches (``CPKV_DISABLE_HOOKS``), SGLang's
-parallel sizes (arithmetic only), ``--json-model-override-args``, the model path and its
+parallel sizes (arithmetic only), ``--json-model-override-args``, every other SGLang argument's
+name, value count, type and choices (``_sglang_options``), the model path and its
 config.json with the overrides applied (``_model_check``), the IndexCache flags against the
 model's layers; then ``_machine`` checks the sizes against what the machine holds.
 
@@ -39,7 +40,9 @@ from sglang_cpkv._model_check import (
     locate_model,
     read_config,
 )
-from sglang_cpkv._sglang_argv import SGLangArgs, read_sglang_args
+from sglang_cpkv._sglang_argv import SGLangArgs, positional_model_path, read_sglang_args
+from sglang_cpkv._sglang_options import check_sglang_argv
+from sglang_cpkv._version_guard import installed_sglang_version
 
 INDEXCACHE_HOOK = "indexcache-overrides"
 _AT_LEAST_ONE = {
@@ -88,6 +91,7 @@ def preflight(
     args = read_sglang_args(sglang_argv)
     check_parallel(args)
     overrides = read_overrides(args)
+    check_sglang_argv(positional_model_path(sglang_argv), installed_sglang_version())
     model = locate_model(args.model_path, args.name("model_path"), args.revision)
     config = None
     if model.config_path is not None:

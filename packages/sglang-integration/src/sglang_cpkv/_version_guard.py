@@ -1,10 +1,11 @@
 """Refuse sglang releases the plugin was not tested against.
 
 The hooks patch private SGLang functions whose names and signatures change between releases.
-0.5.20 is the floor: it introduced ``arg_groups`` with resolution hooks and the
-``sglang.srt.plugins`` entry-point group; 0.5.23 is the newest release tested. The version is
-read from the distribution metadata (``importlib.metadata``), never by importing sglang, so the
-check costs microseconds and runs before any hook touches SGLang.
+The range is ``_releases.TESTED`` (0.5.20, the first release with ``arg_groups`` resolution hooks
+and the ``sglang.srt.plugins`` entry-point group, to the newest release CI runs the contract
+tests against). The version is read from the distribution metadata (``importlib.metadata``),
+never by importing sglang, so the check costs microseconds and runs before any hook touches
+SGLang.
 
 Env vars:
     ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` turns the refusal into a warning (default: unset).
@@ -17,12 +18,13 @@ import logging
 import os
 import re
 
+from sglang_cpkv._releases import TESTED, release
 from sglang_cpkv.errors import UnsupportedSGLangError
 
 logger = logging.getLogger("sglang_cpkv")
 
-SUPPORTED_MIN = (0, 5, 20)
-SUPPORTED_MAX = (0, 5, 23)
+SUPPORTED_MIN = release(TESTED[0])
+SUPPORTED_MAX = release(TESTED[-1])
 ALLOW_ENV = "CPKV_ALLOW_UNTESTED_SGLANG"
 _RELEASE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
@@ -65,7 +67,7 @@ def check_sglang_version(version: str | None = None, *, env: dict[str, str] | No
         The checked version string.
 
     Raises:
-        UnsupportedSGLangError: sglang is missing, or outside ``0.5.20..0.5.23`` and
+        UnsupportedSGLangError: sglang is missing, or outside :data:`SUPPORTED_RANGE` and
             ``CPKV_ALLOW_UNTESTED_SGLANG`` is not ``1``.
     """
     env = os.environ if env is None else env
@@ -74,7 +76,7 @@ def check_sglang_version(version: str | None = None, *, env: dict[str, str] | No
     if version is None:
         raise UnsupportedSGLangError(
             f"sglang is not installed; the cpkv plugin supports {SUPPORTED_RANGE}. "
-            f"Fix: pip install 'sglang>={_fmt(SUPPORTED_MIN)},<=0.5.23'."
+            f"Fix: pip install 'sglang>={_fmt(SUPPORTED_MIN)},<={_fmt(SUPPORTED_MAX)}'."
         )
     if is_supported(version):
         return version

@@ -15,9 +15,11 @@ Before SGLang is imported (about 30 s), ``_preflight`` checks the arguments, the
 its config.json, and the machine: a bad input is one line on stderr, naming the input and the
 fix, within a second or two. ``--help`` prints cpkv's flags, then SGLang's.
 
-Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments, a
-bad model or a resolution error (one line that names the fix). A closed stdout (``| head``) ends
-the output quietly.
+Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments
+(cpkv's, and SGLang's names and choices where the installed release is the one
+``_sglang_options`` was read from), a bad model or a resolution error (one line that names the
+fix), 130 interrupted (Ctrl-C, one line, also during SGLang's import). A closed stdout
+(``| head``) ends the output quietly.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Sequence
 
 from sglang_cpkv._cli_io import (
+    PROG,
     BadInput,
     one_line,
     quiet_on_closed_stdout,
@@ -42,6 +45,7 @@ from sglang_cpkv._flags import (
     parse_cpkv_args,
     with_sharding,
 )
+from sglang_cpkv._releases import check_shared_kv_release
 from sglang_cpkv._version_guard import check_sglang_version
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
 
@@ -60,6 +64,8 @@ def dry_run(
     from sglang_cpkv._sglang_argv import read_sglang_args
 
     capability = GPUS[gpu] if gpu else None
+    if capability is not None:
+        emulated_gpu_arch_quiet()
     if capability is None and local_capability() is None:
         print(
             "cpkv-serve --dry-run: no CUDA GPU on this machine; pass --gpu sm90 or --gpu sm100 "
@@ -93,6 +99,24 @@ def dry_run(
     return 0
 
 
+#: SGLang's JIT kernels probe the local GPU's architecture as they import and warn where there
+#: is none; a dry run for ``--gpu`` describes another machine, so the warning is not about it.
+_ARCH_LOGGER, _ARCH_WARNING = "sglang.kernels.jit.utils.arch", "Cannot detect CUDA architecture"
+
+
+def emulated_gpu_arch_quiet() -> None:
+    """Drop SGLang's "Cannot detect CUDA architecture." from this process (``--gpu`` runs).
+
+    It came first on every ``--dry-run --gpu`` on a machine without a GPU, about a machine the
+    report is not about. Only that record of that logger is dropped.
+    """
+    import logging
+
+    logging.getLogger(_ARCH_LOGGER).addFilter(
+        lambda record: not record.getMessage().startswith(_ARCH_WARNING)
+    )
+
+
 def serve(sglang_argv: Sequence[str]) -> int:
     """Load the plugin the way SGLang does, then run ``sglang serve`` with ``sglang_argv``."""
     from sglang.cli.serve import serve as sglang_serve
@@ -105,9 +129,15 @@ def serve(sglang_argv: Sequence[str]) -> int:
 
 
 def print_help() -> int:
-    """cpkv-serve's own flags (no SGLang import), then ``sglang serve --help``."""
+    """cpkv-serve's own flags, then ``sglang serve``'s: stored when the installed sglang is the
+    release ``_sglang_options`` was read from (no import), else from SGLang itself."""
+    from sglang_cpkv._sglang_options import print_sglang_help
+    from sglang_cpkv._version_guard import installed_sglang_version
+
     print(build_parser().format_help())
     print("--- sglang serve ---", flush=True)  # ours is out before SGLang's slow import
+    if print_sglang_help(installed_sglang_version()):
+        return 0
     from sglang.cli.serve import serve as sglang_serve
 
     try:
@@ -118,9 +148,13 @@ def print_help() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``cpkv-serve``."""
+    """Entry point of ``cpkv-serve``; Ctrl-C (also while SGLang imports) is one line, 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return quiet_on_closed_stdout(lambda: _main(argv))
+    try:
+        return quiet_on_closed_stdout(lambda: _main(argv))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:
@@ -133,11 +167,13 @@ def _main(argv: list[str]) -> int:
             return print_help()
     args = parse_cpkv_args(argv)
     try:
-        check_sglang_version()
+        version = check_sglang_version()
     except CpkvSGLangError as err:
         raise PluginRefused(str(err)) from err
     known = [s for a in build_parser()._actions for s in a.option_strings]
     try:
+        if args.shared_kv:
+            check_shared_kv_release(version)
         checked = preflight(args.index_overrides, args.sglang_argv, known)
         check_machine(checked.args, args.dry_run, args.gpu)
         sglang_argv = merge_model_overrides(

@@ -146,18 +146,33 @@ def parse(argv: list[str] | None) -> ParseResult:
 
 
 def expand_paths(paths: list[Path]) -> list[Path]:
-    """Files as given; a directory -> its *.toml (a gov/ directory -> gov/work/*.toml)."""
+    """Files as given; a directory -> its *.toml (a gov/ directory -> gov/work/*.toml).
+
+    Raises:
+        UsageError: a path does not exist, or a directory holds no ``*.toml``: "ok -- 0 files
+            checked" for a mistyped or emptied directory would pass a check that saw nothing.
+    """
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
             if (p / "config.toml").is_file() and (p / "work").is_dir():
                 p = p / "work"
-            out.extend(sorted(p.glob("*.toml")))
+            found = sorted(p.glob("*.toml"))
+            if not found:
+                raise UsageError(_no_items(p))
+            out.extend(found)
         elif p.is_file():
             out.append(p)
         else:
             raise UsageError(f"{p}: no such file or directory")
     return out
+
+
+def _no_items(directory: Path) -> str:
+    return (
+        f"{directory} holds no work items (*.toml), so there is nothing to check; pass the "
+        f"directory that holds them (gov/work), or add one with govctl work new"
+    )
 
 
 def run_check(pr: ParseResult, out: TextIO) -> int:
@@ -176,6 +191,8 @@ def run_check(pr: ParseResult, out: TextIO) -> int:
                 f"no gov/work directory under {root} (run inside the repository, or pass PATHS)"
             )
         files = sorted(work.glob("*.toml"))
+        if not files:
+            raise UsageError(_no_items(work))
     result = Checker(files, root=root, cwd=cwd).run()
     REPORTERS[pr.format](result, out)
     return result.exit_code(deny_warnings=pr.deny_warnings)
@@ -242,15 +259,29 @@ def run_work(pr: ParseResult, out: TextIO) -> int:
     return 0
 
 
+def _version() -> str:
+    """govctl's version: of the ``govctl`` distribution, else of the one shipping the module.
+
+    pre-commit installs govctl from this repository's root, whose distribution is the workspace's
+    (``pyproject.toml``), not ``govctl``.
+    """
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    for dist in ("govctl", *packages_distributions().get("govctl", ())):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def execute(pr: ParseResult, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run a parsed command; GovctlError -> message on stderr and its exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
         if pr.command == "version":
-            from importlib.metadata import version
-
-            out.write(f"govctl {version('govctl')}\n")
+            out.write(f"govctl {_version()}\n")
             return 0
         if pr.command == "check":
             return run_check(pr, out)

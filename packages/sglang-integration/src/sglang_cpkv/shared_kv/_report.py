@@ -118,6 +118,23 @@ def _mib(b: int) -> str:
     return f"{b / (1 << 20):,.1f} MiB"
 
 
+def _over(x: dict, sc: dict) -> str:
+    """Which scratch region a batch overflows, in rows: the limit it exceeds, named."""
+    page = x["page_bytes"] // sc["row_bytes"]
+    over = []
+    if x["gathered_pages"] * page > sc["max_prefix_tokens"]:
+        over.append(
+            f"gathers {x['gathered_pages'] * page:,} rows, the gather region holds "
+            f"{sc['max_prefix_tokens']:,}"
+        )
+    if x["write_pages"] * page > sc["chunk_tokens"]:
+        over.append(
+            f"writes {x['write_pages'] * page:,} rows, the write region holds "
+            f"{sc['chunk_tokens']:,} (--chunked-prefill-size)"
+        )
+    return "; ".join(over)
+
+
 def render_shared_kv(s: dict) -> str:
     """The section as text, appended to the dry run's report."""
     sc, b, mem = s["scratch"], s["batch"], s["memory"]
@@ -142,7 +159,7 @@ def render_shared_kv(s: dict) -> str:
             f"    {label}: {x['gathered_pages']} gathered pages ({x['unique_pages']} distinct), "
             f"{x['write_pages']} write pages = {_mib(x['bytes'])}; all-gather "
             f"{_mib(x['gather_bytes'])} per layer; "
-            + ("fits" if x["fits"] else "does not fit: admission defers it")
+            + ("fits" if x["fits"] else f"does not fit ({_over(x, sc)}): admission defers it")
         )
     gpu = f"{mem['gpu_gib']} GiB ({mem['gpu_source']})" if mem["gpu_gib"] else "unknown"
     out.append(
