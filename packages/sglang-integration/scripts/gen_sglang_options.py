@@ -1,17 +1,15 @@
 """Read SGLang's ``sglang serve`` parser into ``src/sglang_cpkv/sglang_options.json`` (names,
-value counts, types, choices; one option a line) and ``sglang_serve_help.txt`` (its help).
+value counts, types, choices; one option a line). No text of SGLang's is stored.
 
 ``cpkv-serve`` checks SGLang's argument names, value counts, types and choices before importing
-SGLang (``sglang_cpkv._sglang_options``), and prints SGLang's help without importing it, from
-this table. Run it after changing the locked sglang; ``tests/test_upstream_sglang_options.py``
+SGLang (``sglang_cpkv._sglang_options``), and lists SGLang's options in its ``--help`` from this
+table. Run it after changing the locked sglang; ``tests/test_upstream_sglang_options.py``
 fails until the table is the installed SGLang's::
 
     uv run --frozen python packages/sglang-integration/scripts/gen_sglang_options.py
 
-(``--print`` prints both as JSON instead of writing them: the test reads SGLang's parser in a
+(``--print`` prints it as JSON instead of writing it: the test reads SGLang's parser in a
 fresh process, as cpkv-serve's SGLang builds it, not in one other tests have imported into.)
-
-The help text is formatted at ``COLUMNS`` = :data:`COLUMNS` by this Python's argparse.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ COLUMNS = 100
 #: help lists them sorted.
 REGISTRIES = frozenset({"--reasoning-parser", "--tool-call-parser"})
 PACKAGE = Path(__file__).parents[1] / "src" / "sglang_cpkv"
-OUT, HELP = PACKAGE / "sglang_options.json", PACKAGE / "sglang_serve_help.txt"
+OUT = PACKAGE / "sglang_options.json"
 
 
 def sglang_parser() -> argparse.ArgumentParser:
@@ -70,21 +67,8 @@ def describe(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
     return out
 
 
-def formatted_help(parser: argparse.ArgumentParser) -> str:
-    """The help at :data:`COLUMNS` columns (argparse reads the width from ``COLUMNS``)."""
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(COLUMNS)
-    try:
-        return parser.format_help()
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
-
-
-def table() -> tuple[dict[str, Any], str]:
-    """(the options table, the help text) of the installed SGLang."""
+def table() -> dict[str, Any]:
+    """The options table of the installed SGLang."""
     parser = sglang_parser()
     head = {
         "sglang": importlib.metadata.version("sglang"),
@@ -92,7 +76,7 @@ def table() -> tuple[dict[str, Any], str]:
         "columns": COLUMNS,
         "options": describe(parser),
     }
-    return head, formatted_help(parser)
+    return head
 
 
 def dumps(head: dict[str, Any]) -> str:
@@ -103,13 +87,12 @@ def dumps(head: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    head, help_text = table()
+    head = table()
     if sys.argv[1:] == ["--print"]:  # for the test: this process's reading, written nowhere
-        print(json.dumps({"table": dumps(head), "help": help_text}))
+        print(json.dumps({"table": dumps(head)}))
         return 0
     OUT.write_text(dumps(head), encoding="utf-8")
-    HELP.write_text(help_text, encoding="utf-8")
-    print(f"wrote {OUT} ({len(head['options'])} options) and {HELP} for sglang {head['sglang']}")
+    print(f"wrote {OUT} ({len(head['options'])} options) for sglang {head['sglang']}")
     return 0
 
 

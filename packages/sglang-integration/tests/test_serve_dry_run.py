@@ -160,12 +160,14 @@ def test_non_dsa_model_reports_without_dsa_sections(tmp_path, capsys):
     assert "IndexCache" not in out and "knows the GEMM shapes of DSA models only" in out
 
 
-def test_help_lists_cpkv_flags_then_sglangs(capsys):
+def test_help_sglang_asks_sglang_itself(capsys):
+    """``--help-sglang``: cpkv's flags, then SGLang's own help (its parser, imported)."""
     try:  # sglang serve prints its help and returns (or exits 0, depending on the backend)
-        code = main(["--help"])
+        code = main(["--help-sglang"])
     except SystemExit as exc:
         code = exc.code
     assert code in (0, None)
     ours, _, theirs = capsys.readouterr().out.partition("--- sglang serve ---")
     assert "--cpkv-index-topk-freq" in ours and "--dry-run" in ours
-    assert "--model-path" in theirs
+    assert "usage:" in theirs and "--model-path" in theirs
+    assert "read from its parser" not in theirs  # SGLang's text, not the table's listing

@@ -53,8 +53,9 @@ def test_refusal_into_a_closed_pipe_is_one_line(tmp_path):
 
 
 def test_help_prints_cpkv_flags_and_sglangs_without_importing_sglang(tmp_path):
-    """cpkv's help, then SGLang's, stored from the installed release's parser: no SGLang, torch
-    or transformers import (before: SGLang imported for its help, 15-66 s)."""
+    """cpkv's help, then SGLang's options listed from the table read from the installed
+    release's parser: no SGLang, torch or transformers import (before: SGLang imported for its
+    help, 15-66 s)."""
     run = guarded_run(
         ["--help"], tmp_path / "guard", cwd=tmp_path, block=("sglang", "torch", "transformers")
     )
@@ -63,7 +64,7 @@ def test_help_prints_cpkv_flags_and_sglangs_without_importing_sglang(tmp_path):
 
 
 def test_help_of_another_sglang_release_comes_from_sglang(tmp_path, monkeypatch):
-    """The stored help is one release's: with another installed, SGLang prints its own (the
+    """The table is one release's: with another installed, SGLang prints its own help (the
     guard stops that import here, after cpkv's help is out)."""
     site = tmp_path / "site"
     (site / "sglang-0.5.21.dist-info").mkdir(parents=True)

@@ -5,7 +5,8 @@ a bad choice (``--cp-strategy bogus``) used to surface only after SGLang's impor
 2-core box, as SGLang's 479-line usage text. ``sglang_options.json`` is SGLang's ``sglang serve``
 parser (``argparse`` + ``ServerArgs.add_cli_args``) read once by ``scripts/gen_sglang_options.py``:
 every option's strings, how many values it takes, its type (``int``/``float``; other converters are
-left to SGLang) and its choices; beside it, ``sglang_serve_help.txt`` is that parser's help text.
+left to SGLang) and its choices (facts of the parser; no text of SGLang's is stored: ``--help``
+lists the options from the table, ``--help-sglang`` asks SGLang for its own descriptions).
 :func:`check_sglang_argv` rebuilds an ``argparse`` parser from it and parses argv with it, so
 abbreviations, ``--opt=value``, ambiguity and value counts follow argparse's own rules; a refusal
 is one line. The check applies only when the installed sglang is the release the table was read
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 TABLE = Path(__file__).with_name("sglang_options.json")
-HELP = Path(__file__).with_name("sglang_serve_help.txt")
 _TYPES = {"int": int, "float": float}
 
 
@@ -138,12 +138,26 @@ def _short(error: str, limit: int = 240) -> str:
 
 
 def sglang_help() -> str:
-    """``sglang serve``'s help for language models, as SGLang's parser formats it."""
-    return HELP.read_text(encoding="utf-8")
+    """``sglang serve``'s options as the table knows them: strings, value and choices, one option
+    a line (SGLang's own descriptions: ``cpkv-serve --help-sglang``, which imports SGLang)."""
+    table = options_table()
+    lines = [
+        f"options of sglang {table['sglang']}'s server (read from its parser; their "
+        f"descriptions: cpkv-serve --help-sglang, which imports SGLang):"
+    ]
+    for opt in table["options"]:
+        if opt["strings"] == ["-h", "--help"]:
+            continue
+        nargs = opt["nargs"]
+        value = "" if nargs == 0 else " VALUE" if nargs is None else f" {nargs}"
+        if opt["choices"]:
+            value = " {" + ",".join(map(str, opt["choices"])) + "}"
+        lines.append(f"  {', '.join(opt['strings'])}{value}")
+    return "\n".join(lines) + "\n"
 
 
 def print_sglang_help(installed: str | None) -> bool:
-    """Print the stored help when it is the installed release's; whether it did."""
+    """Print :func:`sglang_help` when the table is the installed release's; whether it did."""
     if not table_applies(installed):
         return False
     print(sglang_help(), end="")

@@ -128,15 +128,16 @@ def serve(sglang_argv: Sequence[str]) -> int:
     return 0
 
 
-def print_help() -> int:
-    """cpkv-serve's own flags, then ``sglang serve``'s: stored when the installed sglang is the
-    release ``_sglang_options`` was read from (no import), else from SGLang itself."""
+def print_help(*, from_sglang: bool = False) -> int:
+    """cpkv-serve's own flags, then ``sglang serve``'s: listed from ``_sglang_options``' table when
+    the installed sglang is the release it was read from (no import), else (or with
+    ``--help-sglang``) SGLang's own help, which imports SGLang."""
     from sglang_cpkv._sglang_options import print_sglang_help
     from sglang_cpkv._version_guard import installed_sglang_version
 
     print(build_parser().format_help())
     print("--- sglang serve ---", flush=True)  # ours is out before SGLang's slow import
-    if print_sglang_help(installed_sglang_version()):
+    if not from_sglang and print_sglang_help(installed_sglang_version()):
         return 0
     from sglang.cli.serve import serve as sglang_serve
 
@@ -162,6 +163,9 @@ def _main(argv: list[str]) -> int:
     from sglang_cpkv._preflight import preflight
     from sglang_cpkv._sglang_argv import positional_model_path
 
+    if "--help-sglang" in argv:
+        with sglang_import_warnings_filtered():
+            return print_help(from_sglang=True)
     if "-h" in argv or "--help" in argv:
         with sglang_import_warnings_filtered():
             return print_help()
