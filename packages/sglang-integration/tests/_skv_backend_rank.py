@@ -50,12 +50,20 @@ class Config:
     backend: str
     kv_dtype: str  # "bfloat16" | "fp8_e4m3"
     index_topk: int
+    #: GLM-5.1's query heads replaced by this count (0: the model's 64), for a CP size whose
+    #: attention TP must stay 1 (SGLang allows CP on one node only: TP <= 8)
+    query_heads: int = 0
 
     @property
     def attn_tp(self) -> int:
         """Attention TP per CP rank: SGLang validated its Triton sparse MLA for <= 32 heads per
-        rank, so GLM-5.1's 64 heads take attention TP 2 there (1 elsewhere)."""
-        return 2 if self.backend == "triton_sparse_mla" else 1
+        rank, so GLM-5.1's 64 heads take attention TP 2 there (1 elsewhere, or with
+        ``query_heads`` <= 32)."""
+        return 2 if self.backend == "triton_sparse_mla" and not self.query_heads else 1
+
+    def _overrides(self) -> dict:
+        out = {"index_topk": self.index_topk}
+        return out | ({"num_attention_heads": self.query_heads} if self.query_heads else {})
 
     def argv(self, cp: int, model_path: str) -> list[str]:
         """``cpkv-serve`` arguments of a GLM-5.1 prefill node at CP ``cp`` with EAGLE."""
@@ -69,7 +77,7 @@ class Config:
             "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "1",
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2",
             "--speculative-dsa-topk-backend", "torch",
-            "--json-model-override-args", json.dumps({"index_topk": self.index_topk}),
+            "--json-model-override-args", json.dumps(self._overrides()),
             "--cpkv-shared-kv",
         ]  # fmt: skip
 
