@@ -9,7 +9,7 @@ interleave CP splits them: flattened token ``i`` on rank ``i % cp``. Per layer, 
 
 - **gather** (on a side stream, one layer ahead in :meth:`RankLayer.forward`): packs the
   history pages it owns with ``cpkv_runtime.gather_pages`` into its block of the scratch and
-  all-gathers the blocks (the placement is ``sglang_cpkv.shared_kv.plan_forward``'s, the plan
+  all-gathers the blocks (the placement is ``sglang_cpkv.plugin.shared_kv.plan_forward``'s, the plan
   ``CpkvSharedKVPool`` makes), then all-gathers the current KV its tokens computed;
 - **cpkv ops**: stores the gathered current KV at each token's private scratch row and remaps
   its tokens' top-k pool locations to scratch rows (``cpkv_runtime.remap_locs`` +
@@ -31,7 +31,7 @@ import cpkv_runtime as cr
 import torch
 import torch.distributed as dist
 from _layer_cases import Inputs
-from sglang_cpkv.shared_kv import ScratchGeometry, plan_forward, to_scratch
+from sglang_cpkv.plugin.shared_kv import ScratchGeometry, plan_forward, to_scratch
 
 #: torch >= 2.14 names it all_gather_single (all_gather_into_tensor warns there); older: the latter
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -239,6 +239,6 @@ def sparse_mla_reference(q, kv, indices, sm_scale, d_v=512, *, out=None) -> torc
 
 def load_sparse_mla() -> Callable[..., torch.Tensor]:
     """SGLang's Triton sparse-MLA prefill kernel (imports without sgl-kernel)."""
-    from sglang_cpkv._sglang_kernels import load_sparse_mla_prefill
+    from _sglang_kernels import load_sparse_mla_prefill
 
     return load_sparse_mla_prefill()

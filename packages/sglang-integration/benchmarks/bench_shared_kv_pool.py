@@ -55,7 +55,7 @@ from _layer_io import (  # noqa: E402
     wall_times,
 )
 from _skv_shapes import P, Req, place  # noqa: E402
-from sglang_cpkv.shared_kv import (  # noqa: E402
+from sglang_cpkv.plugin.shared_kv import (  # noqa: E402
     ScratchGeometry,
     draft_forward,
     finish_forward,

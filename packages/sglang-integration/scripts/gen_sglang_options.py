@@ -1,9 +1,9 @@
-"""Read SGLang's ``sglang serve`` parser into ``src/sglang_cpkv/sglang_options.json`` (names,
-value counts, types, choices; one option a line). No text of SGLang's is stored.
+"""Read SGLang's ``sglang serve`` parser into ``src/sglang_cpkv/serve/sglang_options.json``
+(names, value counts, types, choices; one option a line). No text of SGLang's is stored.
 
 ``cpkv-serve`` checks SGLang's argument names, value counts, types and choices before importing
-SGLang (``sglang_cpkv._sglang_options``), and lists SGLang's options in its ``--help`` from this
-table. Run it after changing the locked sglang; ``tests/test_upstream_sglang_options.py``
+SGLang (``sglang_cpkv.serve._sglang_options``), and lists SGLang's options in its ``--help``
+from this table. Run it after changing the locked sglang; ``tests/test_upstream_sglang_options.py``
 fails until the table is the installed SGLang's::
 
     uv run --frozen python packages/sglang-integration/scripts/gen_sglang_options.py
@@ -26,7 +26,7 @@ COLUMNS = 100
 #: before it built the parser, in registration order): their values are left to SGLang, and the
 #: help lists them sorted.
 REGISTRIES = frozenset({"--reasoning-parser", "--tool-call-parser"})
-PACKAGE = Path(__file__).parents[1] / "src" / "sglang_cpkv"
+PACKAGE = Path(__file__).parents[1] / "src" / "sglang_cpkv" / "serve"
 OUT = PACKAGE / "sglang_options.json"
 
 

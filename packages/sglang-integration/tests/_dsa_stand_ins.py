@@ -20,7 +20,7 @@ import torch
 REPLACEMENTS: tuple[tuple[str, str], ...] = (
     ("torch.cuda.get_device_capability, SGLang's platform facts, and sglang.srt.utils.is_blackwell "
      "(the backend keeps it as _is_blackwell; it asks CUDA)",
-     "the emulated GPU of cpkv-serve --dry-run --gpu (sglang_cpkv._dry_run.emulated_gpu)"),
+     "the emulated GPU of cpkv-serve --dry-run --gpu (sglang_cpkv.serve._dry_run.emulated_gpu)"),
     ("sglang.kernels.ops.attention.dsa.cp_split._dsa_cp_interleave_q_seqs_kernel (Triton)",
      "the same kernel run by Triton's CPU interpreter"),
     ("sglang.kernels.ops.attention.dsv4.topk.plan_topk_v2 (JIT CUDA)",

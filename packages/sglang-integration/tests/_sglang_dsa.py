@@ -169,7 +169,7 @@ def rank_context(args: Any, capability: tuple[int, int], rank: int) -> Iterator[
     """Rank ``rank``'s runtime context (SGLang's ``create_context``) with its CP strategy."""
     import sglang.srt.layers.cp.base as cp_base
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
-    from sglang_cpkv._dry_run import emulated_gpu
+    from sglang_cpkv.serve._dry_run import emulated_gpu
 
     cp = resolved(args, "attn_cp_size") if resolved(args, "enable_prefill_cp") else 1
     world_rank = rank * (resolved(args, "tp_size") // cp)  # attention TP rank 0 of CP rank `rank`
@@ -244,7 +244,7 @@ class DsaPrefill:
 
     def __init__(self, args: Any, capability: tuple[int, int]) -> None:
         from sglang.srt.configs.model_config import ModelConfig, get_dsa_index_topk
-        from sglang_cpkv._dry_run import emulated_gpu
+        from sglang_cpkv.serve._dry_run import emulated_gpu
 
         self.args, self.capability = args, capability
         self.cp = resolved(args, "attn_cp_size") if resolved(args, "enable_prefill_cp") else 1

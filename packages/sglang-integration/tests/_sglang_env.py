@@ -2,7 +2,7 @@
 
 On a machine without a GPU exactly one thing is replaced: the GPU capability query
 (``torch.cuda.get_device_capability`` and SGLang's platform facts, through SGLang's own
-``override_platform``), by ``sglang_cpkv._dry_run.emulated_gpu``, the code ``cpkv-serve
+``override_platform``), by ``sglang_cpkv.serve._dry_run.emulated_gpu``, the code ``cpkv-serve
 --dry-run --gpu`` runs. Everything else (argument parsing, resolution, HF config parsing,
 ``load_plugins()``, ``HookRegistry``) is the installed SGLang. The ``sgl_kernel`` import is not
 needed by any of these paths and is left alone.
@@ -38,7 +38,7 @@ def glm51_argv(*extra: str) -> list[str]:
 
 def resolve(argv: list[str], capability: tuple[int, int]):
     """Resolve ``argv`` with the plugin active on an emulated GPU (``cpkv-serve``'s path)."""
-    from sglang_cpkv._dry_run import resolve as _resolve
+    from sglang_cpkv.serve._dry_run import resolve as _resolve
 
     return _resolve(argv, capability)
 

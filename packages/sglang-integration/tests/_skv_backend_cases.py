@@ -63,7 +63,7 @@ def _patch(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 def every_row_request_0() -> contextlib.AbstractContextManager:
     """Every row of a page table is read as request 0's."""
-    from sglang_cpkv.shared_kv._forward import ForwardScratch
+    from sglang_cpkv.plugin.shared_kv._forward import ForwardScratch
 
     real = ForwardScratch._table_requests
     return _patch(ForwardScratch, "_table_requests",
@@ -72,7 +72,7 @@ def every_row_request_0() -> contextlib.AbstractContextManager:
 
 def pages_through_next_request() -> contextlib.AbstractContextManager:
     """The indexer's page reads go through the next request's inverse."""
-    from sglang_cpkv.shared_kv._forward import ForwardScratch
+    from sglang_cpkv.plugin.shared_kv._forward import ForwardScratch
 
     def scratch_pages(self, pages):
         req = (self._table_requests(pages.shape[0], "pages") + 1) % self.batch_size
@@ -85,7 +85,7 @@ def pages_through_next_request() -> contextlib.AbstractContextManager:
 
 def kept_rows_next_rank() -> contextlib.AbstractContextManager:
     """The interleave-CP kept requests are those of the next rank."""
-    from sglang_cpkv.shared_kv import _pool
+    from sglang_cpkv.plugin.shared_kv import _pool
 
     real = _pool.interleave_kept_rows
     return _patch(_pool, "interleave_kept_rows",
@@ -96,7 +96,7 @@ def staged_at_persisted_rows() -> contextlib.AbstractContextManager:
     """Current tokens are staged at their local pool rows (the persisted ones) instead of their
     request's private scratch rows. (The reverse, persisting at scratch rows, writes past the
     local pool: under Triton's interpreter, which checks no bounds, that corrupts the heap.)"""
-    from sglang_cpkv.shared_kv._forward import ForwardScratch
+    from sglang_cpkv.plugin.shared_kv._forward import ForwardScratch
 
     real = ForwardScratch.write_rows
 

@@ -84,8 +84,8 @@ class Config:
 
 def resolve(config: Config, cp: int, model_path: str, capability: tuple[int, int]) -> Any:
     """SGLang's resolved server arguments, translated and resolved as ``cpkv-serve`` does."""
-    from sglang_cpkv._dry_run import resolve as resolve_argv
-    from sglang_cpkv._flags import parse_cpkv_args, with_sharding
+    from sglang_cpkv.serve._dry_run import resolve as resolve_argv
+    from sglang_cpkv.serve._flags import parse_cpkv_args, with_sharding
 
     parsed = parse_cpkv_args(config.argv(cp, model_path))
     assert parsed.shared_kv
@@ -141,7 +141,7 @@ class Deployment:
         self.act_quant = stand_ins.torch_act_quant if device.type == "cpu" else _triton_act_quant()
 
     def _emulated(self):
-        from sglang_cpkv._dry_run import emulated_gpu
+        from sglang_cpkv.serve._dry_run import emulated_gpu
 
         return (
             emulated_gpu(self.capability) if self.device.type == "cpu" else contextlib.nullcontext()

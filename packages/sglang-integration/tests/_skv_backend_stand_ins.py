@@ -77,20 +77,20 @@ ORIGINALS: tuple[tuple[str, str, str], ...] = (
     ("sglang.srt.layers.attention.dsa.dsa_topk_backend", "_topk_unfused", "sglang."),
     ("sglang.kernels.ops.attention.dsa.cp_split", "_dsa_cp_interleave_q_seqs_kernel", "sglang."),
     ("sglang.srt.layers.attention.dsa.dsa_indexer", "Indexer", "sglang."),
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "sglang_cpkv."),
-    ("sglang_cpkv.shared_kv._pool", "CpkvIndexKeyCache", "sglang_cpkv."),
-    ("sglang_cpkv.shared_kv._pool", "interleave_kept_rows", "sglang_cpkv."),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "sglang_cpkv."),
+    ("sglang_cpkv.plugin.shared_kv._pool", "CpkvIndexKeyCache", "sglang_cpkv."),
+    ("sglang_cpkv.plugin.shared_kv._pool", "interleave_kept_rows", "sglang_cpkv."),
 )  # fmt: skip
 #: Methods of our classes that map rows: each must be the one defined in its module.
 OUR_METHODS: tuple[tuple[str, str, str], ...] = (
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "translate"),
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "scratch_pages"),
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "write_rows"),
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "persist_rows"),
-    ("sglang_cpkv.shared_kv._forward", "ForwardScratch", "_table_requests"),
-    ("sglang_cpkv.shared_kv._pool", "CpkvIndexKeyCache", "write_targets"),
-    ("sglang_cpkv.shared_kv._pool", "CpkvIndexKeyCache", "_scratch_pages"),
-    ("sglang_cpkv.shared_kv._pool", "CpkvSharedKVPool", "set_mla_kv_buffer"),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "translate"),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "scratch_pages"),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "write_rows"),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "persist_rows"),
+    ("sglang_cpkv.plugin.shared_kv._forward", "ForwardScratch", "_table_requests"),
+    ("sglang_cpkv.plugin.shared_kv._pool", "CpkvIndexKeyCache", "write_targets"),
+    ("sglang_cpkv.plugin.shared_kv._pool", "CpkvIndexKeyCache", "_scratch_pages"),
+    ("sglang_cpkv.plugin.shared_kv._pool", "CpkvSharedKVPool", "set_mla_kv_buffer"),
 )
 
 

@@ -106,7 +106,7 @@ def check_inverse_bound(dep) -> dict:
     import _skv_backend_rank as rank_mod
     from _skv_backend_model import Cache, Extend
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-    from sglang_cpkv.shared_kv import ScratchCapacityError
+    from sglang_cpkv.plugin.shared_kv import ScratchCapacityError
 
     r2t = ReqToTokenPool(size=rank_mod.MAX_REQUESTS, max_context_len=4096, device=dep.device,
                          enable_memory_saver=False)  # fmt: skip
@@ -162,7 +162,7 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
         import _skv_backend_cases as cases
         import _skv_backend_rank as rank_mod
         import pytest
-        from sglang_cpkv.plugin import activate
+        from sglang_cpkv.plugin.entry import activate
 
         hooks = activate()
         result["hooks"] = list(hooks)

@@ -442,7 +442,7 @@ def _setup_rank(rank: int, world: int, port: int, options: Options):
     # A DSA model with interleave prefill CP, resolved by SGLang for an emulated H200 the way
     # `cpkv-serve --dry-run --gpu sm90` does (its CP helpers read this at run time). The
     # plugin is active from here on (class REPLACE + plan hook, via load_plugins()).
-    from sglang_cpkv._dry_run import emulated_gpu, resolve
+    from sglang_cpkv.serve._dry_run import emulated_gpu, resolve
 
     fixture = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
     argv = ["--model-path", fixture, "--tp", str(world), "--enable-prefill-cp",

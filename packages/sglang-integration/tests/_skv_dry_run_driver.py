@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from sglang_cpkv.serve import main as serve_main
+    from sglang_cpkv.serve.cli import main as serve_main
 
     cases = json.loads(Path(sys.argv[1]).read_text())
     results = {}

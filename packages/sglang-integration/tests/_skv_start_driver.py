@@ -66,7 +66,7 @@ def main(case: str) -> None:
     elif case != "none":
         raise SystemExit(f"unknown case {case!r}")
     from sglang.srt.plugins import load_plugins
-    from sglang_cpkv.plugin import registered_hooks
+    from sglang_cpkv.plugin.entry import registered_hooks
 
     load_plugins()
     print("LOADED", ",".join(registered_hooks()), flush=True)

@@ -17,6 +17,6 @@ def plugin() -> tuple[str, ...]:
     Returns:
         The names of the hooks the cpkv plugin registered.
     """
-    from sglang_cpkv.plugin import activate
+    from sglang_cpkv.plugin.entry import activate
 
     return activate()

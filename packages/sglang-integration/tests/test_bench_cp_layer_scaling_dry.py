@@ -4,7 +4,7 @@ per-rank layer at toy sizes into one record; the efficiency table is computed fr
 Test doubles, because the real kernels need CUDA: DeepGEMM's fp8 ``mqa_logits`` and SGLang's
 Triton ``sparse_mla_prefill`` are the float32 torch references of ``_layer_cases`` inside the
 benchmark's ``--dry`` mode; the gather (``cpkv_runtime.gather_pages`` + a gloo all-gather), the
-placement (``sglang_cpkv.shared_kv.plan_forward``) and the cpkv ops run for real.
+placement (``sglang_cpkv.plugin.shared_kv.plan_forward``) and the cpkv ops run for real.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def test_the_real_run_refuses_without_cuda(bench, tmp_path):
 
 
 def test_ipython_stand_in_only_for_the_import(monkeypatch):
-    from sglang_cpkv._sglang_kernels import ipython_stand_in
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    from _sglang_kernels import ipython_stand_in
 
     real = importlib.util.find_spec("IPython") is not None
     with ipython_stand_in() as stood_in:

@@ -6,7 +6,7 @@ one rank against the whole gathered chunk ``kv [T, 576]``, each row's top-k list
 request-local positions plus ``topk_indices_offset``. For each CP rank of a batch, the rank's
 rows run once with SGLang 0.5.23's offsets and once with the ``ragged-offsets`` hook's, and every
 row is compared with the same request run alone (its own KV only, offsets 0). Both offset rules
-come from ``sglang_cpkv.hooks.ragged_offsets`` and are held equal to SGLang's own metadata on
+come from ``sglang_cpkv.plugin.hooks.ragged_offsets`` and are held equal to SGLang's own metadata on
 the CPU (``test_upstream_ragged_offsets.py``). GLM-5.1's top-k (2048) covers every sequence
 here, so a row lists all its causal positions, padded with -1 to 2048 as the indexer does.
 
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-from sglang_cpkv.hooks.ragged_offsets import attended_offsets, rank_rows, sglang_offsets
+from sglang_cpkv.plugin.hooks.ragged_offsets import attended_offsets, rank_rows, sglang_offsets
 
 pytestmark = [
     pytest.mark.gpu,
@@ -45,7 +47,8 @@ DEVICE = "cuda"
 def sparse_mla_prefill():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (SGLang's Triton sparse-MLA prefill kernel)")
-    from sglang_cpkv._sglang_kernels import load_sparse_mla_prefill
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from _sglang_kernels import load_sparse_mla_prefill
 
     return load_sparse_mla_prefill()
 

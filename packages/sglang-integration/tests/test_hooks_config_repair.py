@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv import _decisions
+from sglang_cpkv.plugin import _decisions
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def test_config_repair_is_a_noop_on_transformers_5_19(plugin, tmp_path):
 
 def test_config_repair_restores_what_older_transformers_drop(plugin, tmp_path):
     """A config as transformers 5.6-5.8 build it (fields dropped, offset ignored) is repaired."""
-    from sglang_cpkv.hooks.config_repair import repair
+    from sglang_cpkv.plugin.hooks.config_repair import repair
     from transformers import AutoConfig
 
     model_dir, raw = _glm52_like(tmp_path)

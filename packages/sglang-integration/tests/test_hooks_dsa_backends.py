@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from sglang_cpkv import DsaBackendError
-from sglang_cpkv.hooks.dsa_backends import decide_dsa_backends, layout_family
+from sglang_cpkv.plugin.hooks.dsa_backends import decide_dsa_backends, layout_family
 
 FP8, BF16 = "fp8_e4m3", "bfloat16"
 

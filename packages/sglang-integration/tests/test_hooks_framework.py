@@ -8,8 +8,8 @@ import textwrap
 import _sglang_env
 import pytest
 from sglang_cpkv import HookDriftError
-from sglang_cpkv.hooks import SPECS, HookSpec, check_target, signature_of
-from sglang_cpkv.hooks._framework import resolve_target
+from sglang_cpkv.plugin._framework import HookSpec, check_target, resolve_target, signature_of
+from sglang_cpkv.plugin.table import SPECS
 
 pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
 
@@ -154,7 +154,7 @@ def test_registry_trap_rebinds_module_level_original(scratch, registry, tmp_path
 def test_spec_style_hook_avoids_the_trap(scratch, registry):
     """Our hooks use the original SGLang passes to AROUND hooks: no recursion."""
     import cpkv_scratch.target as target
-    from sglang_cpkv.hooks import register
+    from sglang_cpkv.plugin._framework import register
 
     def times_ten(original, *args, **kwargs):
         return original(*args, **kwargs) * 10
@@ -167,7 +167,7 @@ def test_spec_style_hook_avoids_the_trap(scratch, registry):
 
 def test_no_package_module_holds_an_original():
     """No sglang_cpkv module keeps a hook target at module level (what the trap would rebind)."""
-    import sglang_cpkv.hooks._specs  # noqa: F401
+    import sglang_cpkv.plugin.table  # noqa: F401
 
     targets = {id(resolve_target(s.target)[2]) for s in SPECS}
     for name, mod in list(sys.modules.items()):
@@ -177,7 +177,7 @@ def test_no_package_module_holds_an_original():
 
 
 def test_disable_hooks_by_name():
-    from sglang_cpkv.plugin import DISABLE_ENV, enabled_specs
+    from sglang_cpkv.plugin.entry import DISABLE_ENV, enabled_specs
 
     names = [s.name for s in enabled_specs(env={DISABLE_ENV: "deepgemm-warmup, config-repair"})]
     assert names == ["indexcache-overrides", "tbo-index-sharing", "dsa-backends", "ragged-offsets"]

@@ -18,7 +18,7 @@ import _sglang_env as env
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.hooks.ragged_offsets import (
+from sglang_cpkv.plugin.hooks.ragged_offsets import (
     attended_offsets,
     ragged_exposure,
     rank_rows,
@@ -121,7 +121,7 @@ def mla(plugin):
 @pytest.mark.parametrize("name", list(DEPLOYMENTS))
 def test_exposure_matches_the_backends_choice(name, mla):
     """The dry-run's verdict against the transform SGLang's backend builds for a fresh batch."""
-    from sglang_cpkv._report import build_report
+    from sglang_cpkv.serve._report import build_report
 
     gpu, flags, ragged = DEPLOYMENTS[name]
     args = dsa.server_args(2, gpu, *flags)
@@ -138,7 +138,7 @@ def test_exposure_matches_the_backends_choice(name, mla):
 
 @pytest.mark.slow
 def test_dry_run_text_names_the_fix(capsys, plugin):
-    from sglang_cpkv.serve import main
+    from sglang_cpkv.serve.cli import main
 
     argv = [*env.glm51_argv(), "--enable-prefill-cp", "--attn-cp-size", "8", "--cp-strategy",
             "interleave", *dsa.FLASHMLA_SPARSE_FP8]  # fmt: skip
@@ -154,10 +154,10 @@ def test_dry_run_text_names_the_fix(capsys, plugin):
 
 @pytest.mark.slow
 def test_dry_run_says_when_the_fix_is_off(capsys, plugin, monkeypatch):
-    from sglang_cpkv import _report
+    from sglang_cpkv.serve import _report
 
     args = dsa.server_args(2, env.SM100, *dsa.FLASHMLA_SPARSE_FP8)
     # after resolving: activate() registers every enabled hook that is missing
-    monkeypatch.setattr("sglang_cpkv.plugin._registered", ("dsa-backends",))
+    monkeypatch.setattr("sglang_cpkv.plugin._registered._names", ("dsa-backends",))
     section = _report.build_report(args, env.SM100)["ragged_offsets"]
     assert section["affected"] and section["fix"].startswith("OFF (ragged-offsets in ")

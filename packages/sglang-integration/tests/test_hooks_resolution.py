@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv import DsaBackendError, _decisions
-from sglang_cpkv._flags import merge_model_overrides
+from sglang_cpkv import DsaBackendError
+from sglang_cpkv.plugin import _decisions
+from sglang_cpkv.serve._flags import merge_model_overrides
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import _sglang_env as env
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv import _decisions
+from sglang_cpkv.plugin import _decisions
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
@@ -57,7 +57,7 @@ def run_hook(monkeypatch):
     from sglang.srt.layers.deep_gemm_wrapper import compile_utils
     from sglang.srt.layers.deep_gemm_wrapper.compile_utils import DeepGemmKernelType
     from sglang.srt.runtime_context import create_context, use_context
-    from sglang_cpkv.hooks.deepgemm_warmup import compile_with_cp_plan
+    from sglang_cpkv.plugin.hooks.deepgemm_warmup import compile_with_cp_plan
 
     for name in ("_BUILTIN_M_LIST", "_DO_COMPILE_ALL", "_IS_FIRST_RANK_ON_NODE", "_FAST_WARMUP"):
         monkeypatch.setattr(compile_utils, name, getattr(compile_utils, name))
@@ -139,7 +139,7 @@ def test_fast_to_chunk_is_opt_in_and_recorded(resolved, run_hook, monkeypatch):
 def test_plan_reads_sglangs_own_function(resolved):
     """``plan`` (what ``cpkv-serve --dry-run`` prints) starts from SGLang's function, not a copy."""
     from deepgemm_compat.warmup import glm51_reduced_shapes
-    from sglang_cpkv.hooks.deepgemm_warmup import plan, warmup_inputs
+    from sglang_cpkv.plugin.hooks.deepgemm_warmup import plan, warmup_inputs
 
     inputs = warmup_inputs(resolved("--chunked-prefill-size", "65536", *cp8("interleave")), env={})
     assert (inputs.cp_size, inputs.cp_split, inputs.fast_to_chunk) == (8, "interleave", False)
@@ -165,7 +165,7 @@ ATTENTION_NK = {(2624, 6144), (16384, 2048), (6144, 16384), (4096, 2048), (128, 
 def test_model_shapes_of_the_glm51_fixture(resolved):
     """Computed from the config SGLang parsed: the five attention-side (N, K) at attention TP 1;
     at attention TP 8 the head-split ones follow."""
-    from sglang_cpkv.hooks._warmup_shapes import model_shapes
+    from sglang_cpkv.plugin.hooks._warmup_shapes import model_shapes
 
     known = model_shapes(_fixture_config(resolved), attn_tp=1, tp=8)
     assert set(known.cp_local) == ATTENTION_NK and known.note == ""
@@ -181,7 +181,7 @@ def test_model_shapes_of_the_glm51_fixture(resolved):
 def test_a_collision_with_an_ffn_shape_keeps_the_list(resolved):
     """intermediate_size 16384: a replicated dense MLP's down_proj is (6144, 16384), o_proj's
     kernel: the hook cannot tell them apart, so o_proj keeps SGLang's list."""
-    from sglang_cpkv.hooks._warmup_shapes import model_shapes
+    from sglang_cpkv.plugin.hooks._warmup_shapes import model_shapes
 
     known = model_shapes(_fixture_config(resolved, intermediate_size=16384), attn_tp=1, tp=8)
     local, what = known.identify("GEMM_NT_F8F8BF16", 6144, 16384)
@@ -190,7 +190,7 @@ def test_a_collision_with_an_ffn_shape_keeps_the_list(resolved):
 
 def test_a_config_without_mla_fields_caps_nothing():
     """A Llama config (transformers' own) has no MLA attention: no dense kernel is identified."""
-    from sglang_cpkv.hooks._warmup_shapes import model_shapes
+    from sglang_cpkv.plugin.hooks._warmup_shapes import model_shapes
     from transformers import LlamaConfig
 
     cfg = LlamaConfig()
@@ -204,8 +204,8 @@ def test_a_config_without_mla_fields_caps_nothing():
 @given(n=st.integers(1, 40000), k=st.integers(1, 40000))
 def test_random_shapes_are_capped_only_if_attention_side(resolved, n, k):
     """hooked_m_list with SGLang's own full list at chunked 65536, cp 8 interleave."""
-    from sglang_cpkv.hooks._warmup_shapes import model_shapes
-    from sglang_cpkv.hooks.deepgemm_warmup import hooked_m_list, warmup_inputs
+    from sglang_cpkv.plugin.hooks._warmup_shapes import model_shapes
+    from sglang_cpkv.plugin.hooks.deepgemm_warmup import hooked_m_list, warmup_inputs
 
     inputs = warmup_inputs(resolved("--chunked-prefill-size", "65536", *cp8("interleave")), env={})
     known = model_shapes(_fixture_config(resolved), attn_tp=1, tp=8)

@@ -27,7 +27,8 @@ def test_all_is_the_public_surface():
 def test_import_is_light():
     """Importing the package, its hooks and cpkv-serve imports neither sglang nor torch."""
     code = (
-        "import sys, sglang_cpkv, sglang_cpkv.hooks, sglang_cpkv.serve, sglang_cpkv.plugin\n"
+        "import sys, sglang_cpkv, sglang_cpkv.plugin.table, sglang_cpkv.serve.cli\n"
+        "import sglang_cpkv.plugin.entry\n"
         "heavy = [m for m in ('sglang', 'torch', 'transformers') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

@@ -11,8 +11,8 @@ from importlib.metadata import entry_points
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv.hooks._framework import resolve_target, signature_of
-from sglang_cpkv.plugin import enabled_specs
+from sglang_cpkv.plugin._framework import resolve_target, signature_of
+from sglang_cpkv.plugin.entry import enabled_specs
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
@@ -22,12 +22,12 @@ pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
 def test_entry_point_found_and_run_by_load_plugins(plugin):
     import sglang.srt.plugins as plugins
-    import sglang_cpkv.plugin
+    import sglang_cpkv.plugin.entry
 
     (ep,) = [e for e in entry_points(group=plugins.GENERAL_PLUGINS_GROUP) if e.name == "cpkv"]
-    assert ep.value == "sglang_cpkv.plugin:load"
+    assert ep.value == "sglang_cpkv.plugin.entry:load"
     func, dist = plugins.load_plugins_by_group(plugins.GENERAL_PLUGINS_GROUP)["cpkv"]
-    assert func is sglang_cpkv.plugin.load and dist == "sglang-integration"
+    assert func is sglang_cpkv.plugin.entry.load and dist == "sglang-integration"
     assert plugins._plugins_loaded
     assert plugin == tuple(s.name for s in enabled_specs())
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sglang_cpkv import PluginRefused, UnsupportedSGLangError
-from sglang_cpkv._version_guard import (
+from sglang_cpkv.plugin._version_guard import (
     ALLOW_ENV,
     SUPPORTED_RANGE,
     check_sglang_version,

@@ -1,4 +1,4 @@
-"""The plugin's contract with each SGLang release it accepts (``sglang_cpkv._releases``).
+"""The plugin's contract with each SGLang release it accepts (``sglang_cpkv.plugin._releases``).
 
 Runs in every test run against the locked sglang, and in CI's range step
 (``scripts/sglang-range``) against each other accepted release, whose wheel is put first on
@@ -18,10 +18,10 @@ from pathlib import Path
 import _sglang_env as env
 import pytest
 from _serve_guard import GUARD_EXIT, guarded_run
-from sglang_cpkv._releases import SHARED_KV_FIRST, SHARED_KV_NEEDS, TESTED, release
 from sglang_cpkv.errors import HookDriftError
-from sglang_cpkv.hooks import SHARED_KV_SPECS, check_target
-from sglang_cpkv.hooks._framework import resolve_target
+from sglang_cpkv.plugin._framework import check_target, resolve_target
+from sglang_cpkv.plugin._releases import SHARED_KV_FIRST, SHARED_KV_NEEDS, TESTED, release
+from sglang_cpkv.plugin.table import SHARED_KV_SPECS
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The supported SGLang range is written once (``sglang_cpkv._releases``); the docs agree.
+"""The supported SGLang range is written once (``sglang_cpkv.plugin._releases``); the docs agree.
 
 The version guard reads ``_releases`` itself. What cannot read it, the package README's release
 table, ``docs/design.md``, ``docs/deploy.md``, the environment-variable table and the ``sglang``
@@ -12,8 +12,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from sglang_cpkv._releases import SHARED_KV_FIRST, TESTED, release
-from sglang_cpkv._version_guard import SUPPORTED_RANGE
+from sglang_cpkv.plugin._releases import SHARED_KV_FIRST, TESTED, release
+from sglang_cpkv.plugin._version_guard import SUPPORTED_RANGE
 
 PACKAGE = Path(__file__).parents[1]
 ROOT = PACKAGE.parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv.serve import main
+from sglang_cpkv.serve.cli import main
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 

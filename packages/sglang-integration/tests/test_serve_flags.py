@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sglang_cpkv._flags import OVERRIDE_FLAG, merge_model_overrides, parse_cpkv_args
+from sglang_cpkv.serve._flags import OVERRIDE_FLAG, merge_model_overrides, parse_cpkv_args
 
 
 def test_split_keeps_sglang_args_in_order():

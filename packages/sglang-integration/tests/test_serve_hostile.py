@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from _serve_guard import GUARD_EXIT, guarded_run, tree
 from hostile_cli import run_interrupted_at_import
-from sglang_cpkv._machine import cuda_device_count
+from sglang_cpkv.serve._machine import cuda_device_count
 
 FIXTURE = Path(__file__).parent / "fixtures" / "glm51_fp8" / "config.json"
 GLM = json.loads(FIXTURE.read_text())

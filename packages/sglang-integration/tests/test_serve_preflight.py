@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv._cli_io import BadInput
-from sglang_cpkv._machine import DRY_RUN_GPUS_PER_NODE, check_machine
-from sglang_cpkv._model_check import (
+from sglang_cpkv.serve._cli_io import BadInput
+from sglang_cpkv.serve._machine import DRY_RUN_GPUS_PER_NODE, check_machine
+from sglang_cpkv.serve._model_check import (
     MAX_LAYERS,
     config_problems,
     int_problem,
     locate_model,
     read_config,
 )
-from sglang_cpkv._preflight import check_parallel, preflight
-from sglang_cpkv._sglang_argv import SGLangArgs, read_sglang_args
+from sglang_cpkv.serve._preflight import check_parallel, preflight
+from sglang_cpkv.serve._sglang_argv import SGLangArgs, read_sglang_args
 
 GLM51 = Path(__file__).parent / "fixtures" / "glm51_fp8"
 GLM = json.loads((GLM51 / "config.json").read_text())

@@ -1,6 +1,6 @@
 """What ``cpkv-serve --dry-run`` prints describes what will run: hooks, sizes, warmup, warnings.
 
-The fresh-process test runs ``sglang_cpkv.serve.main`` (the console script's function) in a new
+The fresh-process test runs ``sglang_cpkv.serve.cli.main`` (the console script's function) in a new
 interpreter, so the plugin registers with ``CPKV_DISABLE_HOOKS`` set, SGLang parses the config
 anew (it parses it twice: the decision log must still say it once), and SGLang's import-time
 warnings have their one chance to appear.
@@ -16,15 +16,15 @@ import warnings
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv._report_plugin import warmup_as_sglang_runs_it
-from sglang_cpkv.serve import main
+from sglang_cpkv.serve._report_plugin import warmup_as_sglang_runs_it
+from sglang_cpkv.serve.cli import main
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 CP8 = ["--enable-prefill-cp", "--cp-strategy", "interleave", "--chunked-prefill-size", "65536"]
 MARK = "--- main returned ---"
 _FRESH = f"""
 import importlib, sys
-from sglang_cpkv.serve import main
+from sglang_cpkv.serve.cli import main
 code = main(sys.argv[1:])
 print({MARK!r}, file=sys.stderr, flush=True)
 # SGLang's own module, run again now that main has returned: its warning must show

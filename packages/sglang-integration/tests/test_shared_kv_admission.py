@@ -15,7 +15,7 @@ import pytest
 from _skv_shapes import P, Req, place
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.shared_kv import (
+from sglang_cpkv.plugin.shared_kv import (
     ScratchCapacityError,
     ScratchGeometry,
     plan_forward,

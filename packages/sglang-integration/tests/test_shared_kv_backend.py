@@ -25,7 +25,7 @@ from pathlib import Path
 import _skv_backend_cases as cases
 import pytest
 import torch.distributed as dist
-from sglang_cpkv.hooks import SHARED_KV_SPECS
+from sglang_cpkv.plugin.table import SHARED_KV_SPECS
 
 pytestmark = [
     pytest.mark.slow,

@@ -4,9 +4,9 @@ plugin's hook table grows by the shared-KV hooks only under ``CPKV_SHARED_KV=1``
 from __future__ import annotations
 
 import pytest
-from sglang_cpkv._flags import parse_cpkv_args, with_sharding
-from sglang_cpkv.hooks import SHARED_KV_SPECS, SPECS
-from sglang_cpkv.plugin import SHARED_KV_ENV, enabled_specs
+from sglang_cpkv.plugin.entry import SHARED_KV_ENV, enabled_specs
+from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
+from sglang_cpkv.serve._flags import parse_cpkv_args, with_sharding
 
 
 def test_shared_kv_flag_and_batch_shape():
@@ -43,12 +43,13 @@ def test_shared_kv_hooks_only_when_enabled():
 
 
 def test_shared_kv_public_names_import_lazily():
-    """Every name of ``sglang_cpkv.shared_kv`` loads (documented), without importing sglang."""
+    """Every name of ``sglang_cpkv.plugin.shared_kv`` loads (documented), without importing
+    sglang."""
     import subprocess
     import sys
 
     code = (
-        "import sys, sglang_cpkv.shared_kv as s\n"
+        "import sys, sglang_cpkv.plugin.shared_kv as s\n"
         "for n in s.__all__:\n"
         "    assert getattr(s, n).__doc__, n\n"
         "assert 'sglang' not in sys.modules\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv.shared_kv import backend_verdict
+from sglang_cpkv.plugin.shared_kv import backend_verdict
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 

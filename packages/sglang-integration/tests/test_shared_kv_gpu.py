@@ -28,7 +28,7 @@ import cpkv_runtime as cr
 import pytest
 import torch
 from _skv_shapes import P, Req, place
-from sglang_cpkv.shared_kv import (
+from sglang_cpkv.plugin.shared_kv import (
     ScratchGeometry,
     current_locs,
     draft_forward,

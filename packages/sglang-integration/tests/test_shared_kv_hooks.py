@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import _sglang_env
-from sglang_cpkv.hooks import SHARED_KV_SPECS, check_target
+from sglang_cpkv.plugin._framework import check_target
+from sglang_cpkv.plugin.table import SHARED_KV_SPECS
 
 pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
 
@@ -24,7 +25,7 @@ def test_pool_class_subclasses_sglang_pool_and_overrides_the_map():
         "_get_write_plan", "_prefetch_layer", "set_mla_kv_buffer", "_create_index_key_cache",
     ):  # fmt: skip
         assert name in vars(cls), name
-    from sglang_cpkv.shared_kv._pool import CpkvIndexKeyCache
+    from sglang_cpkv.plugin.shared_kv._pool import CpkvIndexKeyCache
 
     assert issubclass(CpkvIndexKeyCache, pip._PageInterleaveIndexKeyCache)
     assert {"_scratch_pages", "write_targets"} <= set(vars(CpkvIndexKeyCache))

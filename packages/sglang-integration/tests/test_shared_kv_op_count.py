@@ -27,7 +27,7 @@ import pytest
 import sglang_cpkv
 import torch
 from _skv_shapes import P, Req, place
-from sglang_cpkv.shared_kv import (
+from sglang_cpkv.plugin.shared_kv import (
     ScratchGeometry,
     plan_forward,
 )

@@ -28,7 +28,7 @@ from _skv_shapes import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.shared_kv import (
+from sglang_cpkv.plugin.shared_kv import (
     ScratchCapacityError,
     ScratchGeometry,
     TranslationError,

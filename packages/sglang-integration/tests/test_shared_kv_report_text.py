@@ -7,8 +7,8 @@ region (the gather region, sized from the context length, or the write region, s
 
 from __future__ import annotations
 
-from sglang_cpkv.shared_kv._capacity import ScratchSpec, capacity_report
-from sglang_cpkv.shared_kv._report import render_shared_kv
+from sglang_cpkv.plugin.shared_kv._capacity import ScratchSpec, capacity_report
+from sglang_cpkv.serve._report_shared_kv import render_shared_kv
 
 # GLM-5.1 FP8 at cp 8: 656 B packed latent + the indexer's 128-wide keys, 202,752-token context
 SPEC = ScratchSpec.for_model(

@@ -89,8 +89,8 @@ def test_the_pool_check_refuses_sglangs_own_sharded_pool(plugin):
     from sglang.srt.mem_cache import page_interleave_pool as pip
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
     from sglang_cpkv.errors import StartRefused
-    from sglang_cpkv.shared_kv._hooks import check_built_pool
-    from sglang_cpkv.shared_kv._pool import CpkvSharedKVPool
+    from sglang_cpkv.plugin.shared_kv._hooks import check_built_pool
+    from sglang_cpkv.plugin.shared_kv._pool import CpkvSharedKVPool
 
     upstream = CpkvSharedKVPool.__mro__[1]
     assert upstream.__module__ == pip.__name__ and not getattr(upstream, "cpkv_shared_kv", False)
@@ -111,8 +111,8 @@ def test_the_pool_check_refuses_sglangs_own_sharded_pool(plugin):
 
 
 def test_the_installed_sglang_has_the_surface_and_a_wrapper_is_recognised(plugin):
-    from sglang_cpkv.hooks._applied import calls_hook
-    from sglang_cpkv.shared_kv._surface import private_surface_problems
+    from sglang_cpkv.plugin._applied import calls_hook
+    from sglang_cpkv.plugin.shared_kv._surface import private_surface_problems
 
     assert private_surface_problems() == []
 

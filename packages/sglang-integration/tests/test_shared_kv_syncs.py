@@ -32,7 +32,7 @@ import torch
 from _skv_shapes import SHAPES, Batch, P, Req, place
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.shared_kv import (
+from sglang_cpkv.plugin.shared_kv import (
     ForwardScratch,
     ScratchGeometry,
     current_locs,
@@ -42,7 +42,7 @@ from sglang_cpkv.shared_kv import (
     pack_launcher,
     plan_forward,
 )
-from sglang_cpkv.shared_kv import _forward as forward_module
+from sglang_cpkv.plugin.shared_kv import _forward as forward_module
 
 META = torch.device("meta")
 

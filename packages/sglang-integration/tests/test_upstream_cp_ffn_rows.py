@@ -217,7 +217,7 @@ def sglang_gemms(hf) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize(("name", "dense_tp"), [("default", 8), ("dense_tp1", 1)])
 def test_weight_shapes_equal_sglangs_modules(deployment, scheduler, name, dense_tp):
-    from sglang_cpkv.hooks._warmup_shapes import model_shapes
+    from sglang_cpkv.plugin.hooks._warmup_shapes import model_shapes
 
     sa, hf = deployment(name)
     parallel = scheduler(sa)

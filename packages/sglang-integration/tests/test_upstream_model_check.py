@@ -14,8 +14,8 @@ from pathlib import Path
 
 import _sglang_env as env
 import pytest
-from sglang_cpkv._machine import cuda_device_count
-from sglang_cpkv._model_check import DSA_ARCHITECTURES, DSA_FIELDS, is_dsa_config
+from sglang_cpkv.serve._machine import cuda_device_count
+from sglang_cpkv.serve._model_check import DSA_ARCHITECTURES, DSA_FIELDS, is_dsa_config
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 GLM = json.loads((env.GLM51_DIR / "config.json").read_text())

@@ -24,7 +24,7 @@ pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
 def sglang_checks(*argv: str):
     """SGLang's resolved arguments after ``check_server_args``; raises what SGLang raises."""
-    from sglang_cpkv._dry_run import emulated_gpu
+    from sglang_cpkv.serve._dry_run import emulated_gpu
 
     server_args = env.resolve(env.glm51_argv(*argv), env.SM90)
     with emulated_gpu(env.SM90):

@@ -18,8 +18,8 @@ for what needs CUDA or NCCL, each listed in ``_dsa_stand_ins.REPLACEMENTS``, are
 Each KV row carries the ``(request, position)`` of its token, so a query's reads name their
 source. Expected reads come from the causal rule (a query of request b at position p reads b's
 positions 0..p: GLM-5.1's top-k of 2048 covers every sequence here), expected offsets from the
-plain-Python rule in ``sglang_cpkv.hooks.ragged_offsets``, outputs from the same request alone
-with CP off. Nothing is compared with this code's own earlier output.
+plain-Python rule in ``sglang_cpkv.plugin.hooks.ragged_offsets``, outputs from the same request
+alone with CP off. Nothing is compared with this code's own earlier output.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.hooks.ragged_offsets import (
+from sglang_cpkv.plugin.hooks.ragged_offsets import (
     attended_offsets,
     rank_rows,
     sglang_offsets,

@@ -27,7 +27,7 @@ import _dsa_stand_ins as stand_ins
 import _sglang_dsa as dsa
 import _sglang_env as env
 import pytest
-from sglang_cpkv.hooks.ragged_offsets import attended_offsets, rank_rows, sglang_offsets
+from sglang_cpkv.plugin.hooks.ragged_offsets import attended_offsets, rank_rows, sglang_offsets
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 

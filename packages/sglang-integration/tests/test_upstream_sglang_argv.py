@@ -17,8 +17,8 @@ import _sglang_env as env
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv._cli_io import BadInput
-from sglang_cpkv._sglang_argv import (
+from sglang_cpkv.serve._cli_io import BadInput
+from sglang_cpkv.serve._sglang_argv import (
     FLAG_DESTS,
     INT_DESTS,
     OPTIONS,

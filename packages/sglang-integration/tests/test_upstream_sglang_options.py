@@ -23,8 +23,8 @@ import _sglang_env as env
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv._cli_io import BadInput
-from sglang_cpkv._sglang_options import (
+from sglang_cpkv.serve._cli_io import BadInput
+from sglang_cpkv.serve._sglang_options import (
     TABLE,
     check_sglang_argv,
     options_table,

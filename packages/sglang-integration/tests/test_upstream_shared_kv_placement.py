@@ -17,7 +17,7 @@ import torch
 from _skv_shapes import SHAPES, P, place
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.shared_kv import ScratchGeometry, owned_local_rows, plan_forward
+from sglang_cpkv.plugin.shared_kv import ScratchGeometry, owned_local_rows, plan_forward
 
 pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
 

@@ -13,7 +13,7 @@ import pytest
 from _skv_sglang_rows import sglang_kept_rows
 from hypothesis import given
 from hypothesis import strategies as st
-from sglang_cpkv.shared_kv import interleave_kept_rows
+from sglang_cpkv.plugin.shared_kv import interleave_kept_rows
 
 pytestmark = _sglang_env.SGLANG_IMPORT_WARNINGS
 

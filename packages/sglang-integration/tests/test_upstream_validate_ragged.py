@@ -31,7 +31,7 @@ from cpkv_runtime import cp_split
 from cpkv_validate import RAGGED_RULES, ragged_chunk_branch, ragged_offsets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.hooks.ragged_offsets import attended_offsets, sglang_offsets
+from sglang_cpkv.plugin.hooks.ragged_offsets import attended_offsets, sglang_offsets
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 #: The shared fixtures (``_ragged_prefill``), bound here so pytest finds them by name.

@@ -5,8 +5,6 @@ SGLang's ``load_plugins()`` runs them.
 """
 
 # Plugin
-from sglang_cpkv._version_guard import SUPPORTED_RANGE, check_sglang_version
-
 # Errors
 from sglang_cpkv.errors import (
     CpkvSGLangError,
@@ -17,7 +15,9 @@ from sglang_cpkv.errors import (
     StartRefused,
     UnsupportedSGLangError,
 )
-from sglang_cpkv.plugin import activate, load, registered_hooks
+from sglang_cpkv.plugin._registered import registered_hooks
+from sglang_cpkv.plugin._version_guard import SUPPORTED_RANGE, check_sglang_version
+from sglang_cpkv.plugin.entry import activate, load
 
 __version__ = "0.1.0"
 

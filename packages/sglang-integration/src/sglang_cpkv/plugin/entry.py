@@ -1,0 +1,166 @@
+"""The SGLang plugin entry point: ``cpkv = "sglang_cpkv.plugin.entry:load"`` in the package's
+``pyproject.toml`` (group ``sglang.srt.plugins``).
+
+SGLang's ``load_plugins()`` runs :func:`load` in the launcher, in ``Engine.__init__`` and at the
+start of every scheduler (and detokenizer / DP controller) process, then calls
+``HookRegistry.apply_hooks()``. :func:`load` checks the sglang version, checks every hook target's
+signature (and, for the shared-KV hooks, the private SGLang names the pool relies on), and only
+then registers the hooks, so a refusal leaves SGLang unpatched. It raises
+:class:`~sglang_cpkv.errors.PluginRefused` (a ``SystemExit``) on refusal, because
+``load_plugins()`` logs and swallows ordinary exceptions and would serve without the fixes.
+``apply_hooks`` swallows failures too, so :func:`load` also makes every later ``apply_hooks``
+of the process check that each registered hook took (``plugin._applied``) and stop the process
+with :class:`~sglang_cpkv.errors.StartRefused` when one did not. Which hooks this process
+registered is kept in ``plugin._registered``, where the hooks and the dry-run report read it.
+
+Env vars:
+    ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
+    ``CPKV_DISABLE_HOOKS``: comma-separated hook names to skip, e.g. ``deepgemm-warmup``
+        (default: none; names in ``sglang_cpkv.plugin.table.SPECS``).
+    ``CPKV_SHARED_KV``: ``1`` also registers the shared-KV hooks (``SHARED_KV_SPECS``); set by
+        ``cpkv-serve --cpkv-shared-kv`` and inherited by SGLang's processes (default unset).
+    ``SGLANG_PLUGINS`` (SGLang's): when set, a whitelist that must include ``cpkv``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused, StartRefused
+from sglang_cpkv.plugin import _registered
+from sglang_cpkv.plugin._registered import registered_hooks
+from sglang_cpkv.plugin._version_guard import check_sglang_version
+
+logger = logging.getLogger("sglang_cpkv")
+
+ENTRY_POINT_GROUP = "sglang.srt.plugins"
+ENTRY_POINT_NAME = "cpkv"
+DISABLE_ENV = "CPKV_DISABLE_HOOKS"
+SHARED_KV_ENV = "CPKV_SHARED_KV"
+
+
+def enabled_specs(env: dict[str, str] | None = None) -> tuple:
+    """The hook specs to register: ``SPECS`` (plus ``SHARED_KV_SPECS`` under
+    ``CPKV_SHARED_KV=1``) minus the names in ``CPKV_DISABLE_HOOKS``.
+
+    Raises:
+        HookDriftError: ``CPKV_DISABLE_HOOKS`` names a hook that does not exist.
+    """
+    from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
+
+    env = os.environ if env is None else env
+    disabled = {n.strip() for n in env.get(DISABLE_ENV, "").split(",") if n.strip()}
+    known = [s.name for s in (*SPECS, *SHARED_KV_SPECS)]
+    unknown = disabled - set(known)
+    if unknown:
+        raise HookDriftError(
+            f"{DISABLE_ENV} names unknown hooks {sorted(unknown)}; known: "
+            f"{known}. Fix: correct the names or unset {DISABLE_ENV}."
+        )
+    specs = (*SPECS, *SHARED_KV_SPECS) if env.get(SHARED_KV_ENV) == "1" else SPECS
+    return tuple(s for s in specs if s.name not in disabled)
+
+
+def load() -> None:
+    """Check the sglang version and every hook target, then register the hooks (each once).
+
+    A second call registers only hooks enabled since the first (``CPKV_SHARED_KV`` set later).
+
+    Raises:
+        PluginRefused: unsupported sglang, a drifted hook target, or a bad ``CPKV_DISABLE_HOOKS``.
+    """
+    from sglang_cpkv.plugin._framework import check_target, register
+
+    try:
+        version = check_sglang_version()
+        specs = [s for s in enabled_specs() if s.name not in registered_hooks()]
+        if not specs and _registered.loaded() is not None:
+            return
+        for spec in specs:  # all checks before the first registration
+            check_target(spec)
+        if any(s.name.startswith("shared-kv") for s in specs):
+            _check_private_surface(version)
+        for spec in specs:
+            _registered.add(spec, register(spec))
+    except CpkvSGLangError as err:
+        _log_refusal("sglang-cpkv plugin refused to load: %s", err)
+        raise PluginRefused(str(err)) from err
+    from sglang_cpkv.plugin._applied import verify_after_apply
+
+    verify_after_apply(check_hooks_took)
+    _registered.mark_loaded(tuple(s.name for s in specs))
+    names = ", ".join(registered_hooks())
+    logger.info("sglang-cpkv plugin loaded on sglang %s: hooks %s", version, names)
+
+
+def _log_refusal(fmt: str, message: object) -> None:
+    """Log a refusal where the process has logging set up (SGLang's processes do); without a
+    handler the ``SystemExit`` that follows prints the same one line, so do not print it twice."""
+    if logger.hasHandlers():
+        logger.critical(fmt, message)
+
+
+def _check_private_surface(version: str) -> None:
+    from sglang_cpkv.plugin.shared_kv._surface import private_surface_problems
+
+    problems = private_surface_problems()
+    if problems:
+        raise HookDriftError(
+            f"--cpkv-shared-kv relies on private names of SGLang's sharded pool that moved in "
+            f"sglang {version}: {'; '.join(problems)}. Fix: install sglang 0.5.23, or run "
+            f"without --cpkv-shared-kv (SGLang's own sharding), or update sglang-integration."
+        )
+
+
+def check_hooks_took() -> None:
+    """After ``HookRegistry.apply_hooks()``: every hook this process registered took.
+
+    Raises:
+        StartRefused: a hook did not apply (SGLang logged why, and would serve without it).
+    """
+    from sglang_cpkv.plugin._applied import not_applied
+    from sglang_cpkv.plugin._version_guard import installed_sglang_version
+
+    hooks = _registered.hooks()
+    missing = not_applied(hooks)
+    if missing:
+        message = (
+            f"hook {missing[0]} did not take on sglang {installed_sglang_version()} "
+            f"({len(missing)} of {len(hooks)} hooks did not; HookRegistry.apply_hooks logged "
+            f"why above) and SGLang would serve its own code there. Fix: remove the plugin "
+            f"whose hook on that target SGLang refused, install sglang 0.5.23, or disable the "
+            f"hook by name in CPKV_DISABLE_HOOKS."
+        )
+        _log_refusal("sglang-cpkv stopped SGLang before serving: %s", message)
+        raise StartRefused(message)
+
+
+def activate() -> tuple[str, ...]:
+    """Load the plugin the way SGLang does: ``sglang.srt.plugins.load_plugins()``.
+
+    Returns:
+        The registered hook names.
+
+    Raises:
+        PluginRefused: the plugin refused, or ``load_plugins()`` did not run it (not installed
+            as the ``cpkv`` entry point, or excluded by ``SGLANG_PLUGINS``).
+    """
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    load_plugins()
+    loaded = _registered.loaded()
+    if loaded is not None and any(s.name not in loaded for s in enabled_specs()):
+        load()  # hooks enabled after SGLang loaded the plugin in this process
+        HookRegistry.apply_hooks()
+    if _registered.loaded() is None:
+        allowed = os.environ.get("SGLANG_PLUGINS")
+        hint = (
+            f"SGLANG_PLUGINS={allowed!r} does not include {ENTRY_POINT_NAME!r}; add it"
+            if allowed
+            else f"install sglang-integration so its {ENTRY_POINT_GROUP} entry point "
+            f"{ENTRY_POINT_NAME!r} is visible (pip install -e packages/sglang-integration)"
+        )
+        raise PluginRefused(f"SGLang's load_plugins() did not run the cpkv plugin. Fix: {hint}.")
+    return registered_hooks()

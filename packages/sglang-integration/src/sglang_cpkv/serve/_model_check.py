@@ -1,0 +1,313 @@
+"""Where ``--model-path`` points and whether its ``config.json`` can be served, before SGLang.
+
+SGLang 0.5.23 finds out only after its import (about 30 s), and then as ``OSError: Repo id must be
+in the form 'repo_name'...`` for a missing local path, ``TypeError: 'NoneType' object is not
+subscriptable`` for a config without ``architectures``, or by building a list of
+``num_hidden_layers`` entries (10^20 of them reached 11 GB before it was stopped).
+
+The path rule:
+
+- an existing directory must hold ``config.json`` (or ``params.json``, the Mistral format, which
+  SGLang converts; then the config is not checked here); an existing ``.gguf`` file is SGLang's;
+- a path that does not exist is refused when it looks like one: it starts with ``/``, ``.`` or
+  ``~``, or is not a well-formed Hugging Face repo id (``huggingface_hub``'s own
+  ``validate_repo_id``), or its first part is an existing local directory (``models/glm51``
+  beside a ``models/`` directory is a typo, not a repo);
+- a well-formed repo id is SGLang's to download; when its ``config.json`` is already in the local
+  Hugging Face cache (no network), that file is checked too.
+
+The config rule (:func:`config_problems`), applied after ``--json-model-override-args``:
+``architectures`` is a non-empty list of names (SGLang picks the model class from the first);
+``num_hidden_layers`` is an integer in ``[1, MAX_LAYERS]``; and a DSA model (a DSA architecture
+of SGLang with a GLM-5/DeepSeek-V3.2 ``model_type`` or an ``index_topk``) sets every field of
+``DSA_FIELDS`` itself, as integers in ``[1, 2**31 - 1]``, with a schedule ``indexcache``
+accepts. transformers would fill a missing DSA field with GLM-5's default, which may not be the
+model's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sglang_cpkv.serve._cli_io import BadInput, printable
+
+MAX_CONFIG_BYTES = 16 * 2**20
+"""Largest config.json read (16 MiB). Shipped ones are 1-10 KB; the cap keeps a weights file or
+a device given by mistake from being read into memory."""
+
+MAX_LAYERS = 4096
+"""Most ``num_hidden_layers`` accepted: the largest DSA model has 78 (GLM-5.x; DeepSeek-V3.2 has
+61), and SGLang and transformers build per-layer lists of this length before any weight loads.
+The same cap as ``indexcache``'s schedules."""
+
+INT32_MAX = 2**31 - 1
+"""Largest model dimension: GPU kernels take them as int32."""
+
+#: SGLang 0.5.23's ``configs.model_config.is_deepseek_dsa`` architectures (a DSA model when the
+#: config has ``index_topk`` too); ``tests/test_upstream_model_check.py`` holds this equal to it.
+DSA_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaForCausalLMNextN",
+        "Glm5NextForConditionalGenerationNextN",
+        "Glm5NextForConditionalGeneration",
+        "LongcatFlashForCausalLM",
+        "LongcatFlashForCausalLMNextN",
+        "Dots3NoteForCausalLM",
+        "Dots3NoteForCausalLMNextN",
+        "HYV4ForCausalLM",
+        "HYV4ForCausalLMNextN",
+    }
+)
+#: What a DSA model's config.json must set: the indexer, the MLA KV row and the layer count.
+DSA_FIELDS = (
+    "num_hidden_layers",
+    "index_topk",
+    "index_n_heads",
+    "index_head_dim",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+)
+_INT32_FIELDS = ("index_topk", "index_n_heads", "index_head_dim", "kv_lora_rank")
+_INT32_FIELDS += ("qk_rope_head_dim",)
+
+ModelKind = Literal["directory", "mistral", "gguf", "repo"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What ``--model-path`` names.
+
+    Attributes:
+        given: the value as written.
+        kind: a local directory with config.json, one in the Mistral format, a GGUF file, or a
+            Hugging Face repo id.
+        config_path: the config.json read (a repo's cached copy), or None when there is none here.
+    """
+
+    given: str
+    kind: ModelKind
+    config_path: Path | None = None
+
+
+def locate_model(path: str | None, flag: str, revision: str | None = None) -> ModelSource:
+    """Apply the path rule of this module to ``--model-path`` (spelled ``flag``).
+
+    Raises:
+        BadInput: missing, empty, a path that does not exist, a file that is not a model, a
+            directory without config.json, or a malformed repo id.
+    """
+    example = "a local model directory holding config.json or a repo id such as zai-org/GLM-5.1"
+    if path is None:
+        raise BadInput(f"--model-path is required; give {example}")
+    if not path.strip():
+        raise BadInput(f"{flag} is empty; give {example}")
+    p, shown = Path(path), printable(path)
+    st = _stat(p, flag)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        if _stat(p / "config.json", flag) is not None:
+            return ModelSource(path, "directory", p / "config.json")
+        if (st_params := _stat(p / "params.json", flag)) and stat.S_ISREG(st_params.st_mode):
+            return ModelSource(path, "mistral")
+        raise BadInput(
+            f"{flag} {shown} holds no config.json; give the model directory (the one "
+            f"with config.json beside the weights)"
+        )
+    if st is not None:
+        if stat.S_ISREG(st.st_mode) and p.suffix == ".gguf":
+            return ModelSource(path, "gguf")
+        what = "a file" if stat.S_ISREG(st.st_mode) else "not a directory"
+        raise BadInput(
+            f"{flag} {shown} is {what}; give the model directory "
+            f"({printable(str(p.parent))} if this is its config.json)"
+        )
+    if path.startswith("~"):
+        raise BadInput(
+            f"{flag} {shown} does not exist: no shell expanded the '~'; write it as "
+            f"{printable(os.path.expanduser(path))}"
+        )
+    if path.startswith(("/", ".")):
+        raise BadInput(f"{flag} {shown} does not exist; give {example}")
+    if problem := _repo_id_problem(path):
+        raise BadInput(f"{flag} {shown} does not exist and is {problem}; give {example}")
+    head = path.split("/", 1)[0]
+    if "/" in path and (st_head := _stat(Path(head), flag)) and stat.S_ISDIR(st_head.st_mode):
+        raise BadInput(
+            f"{flag} {shown} does not exist (taken for a local path: {printable(head)}/ is a "
+            f"directory here); give {example}"
+        )
+    return ModelSource(path, "repo", _cached_repo_config(path, revision))
+
+
+def _stat(path: Path, flag: str) -> os.stat_result | None:
+    """``os.stat(path)``, None when nothing is there; any other failure is a bad input."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # a name too long, a symlink loop, no permission
+        raise BadInput(f"{flag} {printable(str(path))}: {exc.strerror}") from None
+    except ValueError as exc:  # an embedded NUL byte
+        raise BadInput(f"{flag} {printable(str(path))}: {exc}") from None
+
+
+def _repo_id_problem(repo_id: str) -> str | None:
+    """Why ``repo_id`` is not a Hugging Face repo id (``huggingface_hub``'s rule), or None."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return (
+            "not a Hugging Face repo id either (name or namespace/name: letters, digits, '-', "
+            "'_', '.', at most 96 per part, no '--' or '..')"
+        )
+    return None
+
+
+def _cached_repo_config(repo_id: str, revision: str | None) -> Path | None:
+    """The repo's config.json in the local Hugging Face cache (no network), or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    except (ValueError, OSError):
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """``path`` read as a JSON object, without hanging on a FIFO or reading past 16 MiB.
+
+    Raises:
+        BadInput: not a regular file, too large, unreadable, not UTF-8 JSON, or not an object.
+    """
+    shown = printable(str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadInput(f"cannot open {shown}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{shown} is not a regular file; give the model's config.json")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise BadInput(
+                f"{shown} is {info.st_size:,} bytes, over the {MAX_CONFIG_BYTES:,} a "
+                f"config.json may have; give the model's config.json"
+            )
+        chunks, size = [], 0
+        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise BadInput(f"cannot read {shown}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:  # grew after fstat
+        raise BadInput(f"{shown} is over {MAX_CONFIG_BYTES:,} bytes; give the model's config.json")
+    try:
+        raw = json.loads(b"".join(chunks).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{shown} is not valid JSON ({exc}); fix the file") from None
+    except (ValueError, RecursionError):  # an int of over 4300 digits, or nesting too deep
+        raise BadInput(f"{shown} holds an integer or nesting no config.json has") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{shown} must hold a JSON object; got a {type(raw).__name__}")
+    return raw
+
+
+def architecture(raw: Mapping[str, Any]) -> str | None:
+    """``architectures[0]`` when it is a name, else None."""
+    archs = raw.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0]:
+        return archs[0]
+    return None
+
+
+def is_dsa_config(raw: Mapping[str, Any]) -> bool:
+    """Whether SGLang will run ``raw`` as a DSA model (architecture and indexer fields)."""
+    from glm_config import is_dsa
+
+    return architecture(raw) in DSA_ARCHITECTURES and is_dsa(raw)
+
+
+def config_problems(raw: Mapping[str, Any]) -> list[str]:
+    """One message per problem of ``raw`` under this module's config rule; empty when none."""
+    problems = []
+    if architecture(raw) is None:
+        problems.append(
+            f"architectures is {brief(raw.get('architectures'))}, not a list of model class "
+            f'names; SGLang picks the model class from its first entry (e.g. "architectures": '
+            f'["GlmMoeDsaForCausalLM"])'
+        )
+    model_type = raw.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        problems.append(f'model_type must be a string, e.g. "glm_moe_dsa"; got {brief(model_type)}')
+        return problems  # transformers picks the config class by it: nothing else is read right
+    layers = raw.get("num_hidden_layers")
+    if layers is not None and (p := int_problem(layers, "num_hidden_layers", MAX_LAYERS)):
+        problems.append(p)
+    if not is_dsa_config(raw):
+        return problems
+    missing = [f for f in DSA_FIELDS if raw.get(f) is None]
+    if missing:
+        problems.append(
+            f"{architecture(raw)} is a DSA model but config.json does not set "
+            f"{', '.join(missing)}; transformers would fill GLM-5's defaults, which may not be "
+            f"this model's. Fix: copy them from the model's released config.json"
+        )
+    problems += [
+        p
+        for f in _INT32_FIELDS
+        if raw.get(f) is not None and (p := int_problem(raw[f], f, INT32_MAX))
+    ]
+    if not problems:
+        problems += _schedule_problems(raw)
+    return problems
+
+
+def _schedule_problems(raw: Mapping[str, Any]) -> list[str]:
+    from indexcache import IndexCacheError, schedule_from_config
+
+    for key in ("index_topk_freq", "index_skip_topk_offset", "num_nextn_predict_layers"):
+        value = raw.get(key)
+        minimum = 0 if key == "num_nextn_predict_layers" else 1
+        if value is not None and (p := int_problem(value, key, MAX_LAYERS, minimum=minimum)):
+            return [p]
+    try:
+        schedule_from_config(raw)
+    except IndexCacheError as err:
+        return [str(err)]
+    return []
+
+
+def int_problem(value: Any, name: str, maximum: int, *, minimum: int = 1) -> str | None:
+    """Why ``value`` is not an integer in ``[minimum, maximum]``, or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        return f"{name} must be an integer in [{minimum}, {maximum}]; got {brief(value)}"
+    return None
+
+
+def brief(value: Any) -> str:
+    """``value`` for a message: short, and safe for ints too long to print."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"

@@ -1,0 +1,199 @@
+"""``cpkv-serve``: ``sglang serve`` with the cpkv plugin active, plus a GPU-free dry run.
+
+Usage::
+
+    cpkv-serve [sglang serve args] [--cpkv-index-topk-freq F] [--cpkv-index-skip-topk-offset O]
+               [--cpkv-index-topk-pattern FS...] [--cpkv-shared-kv [--cpkv-scratch-batch ...]
+               [--cpkv-gpu-mem-gib G]] [--dry-run [--gpu sm90|sm100] [--dry-run-format text|json]]
+
+Example (a laptop, a directory holding only GLM-5.1's config.json)::
+
+    cpkv-serve --model-path ./glm51 --tp 8 --enable-prefill-cp --attn-cp-size 8 \\
+        --cp-strategy interleave --cpkv-index-topk-freq 4 --dry-run --gpu sm100
+
+Before SGLang is imported (about 30 s), ``_preflight`` checks the arguments, the model path and
+its config.json, and the machine: a bad input is one line on stderr, naming the input and the
+fix, within a second or two. ``--help`` prints cpkv's flags, then SGLang's.
+
+Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments
+(cpkv's, and SGLang's names and choices where the installed release is the one
+``_sglang_options`` was read from), a bad model or a resolution error (one line that names the
+fix), 130 interrupted (Ctrl-C, one line, also during SGLang's import). A closed stdout
+(``| head``) ends the output quietly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
+from sglang_cpkv.plugin._releases import check_shared_kv_release
+from sglang_cpkv.plugin._version_guard import check_sglang_version
+from sglang_cpkv.serve._cli_io import (
+    PROG,
+    BadInput,
+    one_line,
+    quiet_on_closed_stdout,
+    refuse,
+    sglang_import_warnings_filtered,
+)
+from sglang_cpkv.serve._flags import (
+    GPUS,
+    CpkvArgs,
+    build_parser,
+    merge_model_overrides,
+    parse_cpkv_args,
+    with_sharding,
+)
+
+
+def dry_run(
+    sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text", args: CpkvArgs | None = None
+) -> int:
+    """Resolve ``sglang_argv`` for ``gpu`` (default: the local one), print the report.
+
+    Returns:
+        0 on success, 2 when resolution refuses the arguments.
+    """
+    from sglang_cpkv.serve._dry_run import local_capability, resolve
+    from sglang_cpkv.serve._report import build_report, render_text
+    from sglang_cpkv.serve._report_plugin import resolved_notes
+    from sglang_cpkv.serve._sglang_argv import read_sglang_args
+
+    capability = GPUS[gpu] if gpu else None
+    if capability is not None:
+        emulated_gpu_arch_quiet()
+    if capability is None and local_capability() is None:
+        print(
+            "cpkv-serve --dry-run: no CUDA GPU on this machine; pass --gpu sm90 or --gpu sm100 "
+            "to resolve for one.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        server_args = resolve(sglang_argv, capability)
+    except Exception as err:  # SGLang's resolution raises ValueError, AssertionError, ...
+        print(
+            "cpkv-serve --dry-run: SGLang refused these arguments: "
+            + one_line(f"{type(err).__name__}: {err}"),
+            file=sys.stderr,
+        )
+        return 2
+    report = build_report(server_args, capability)
+    report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
+    if args is not None and args.shared_kv:
+        from sglang_cpkv.serve._report_shared_kv import shared_kv_section
+
+        report["shared_kv"] = shared_kv_section(server_args, capability, args)
+    if fmt == "json":
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(render_text(report), end="")
+        if "shared_kv" in report:
+            from sglang_cpkv.serve._report_shared_kv import render_shared_kv
+
+            print(render_shared_kv(report["shared_kv"]), end="")
+    return 0
+
+
+#: SGLang's JIT kernels probe the local GPU's architecture as they import and warn where there
+#: is none; a dry run for ``--gpu`` describes another machine, so the warning is not about it.
+_ARCH_LOGGER, _ARCH_WARNING = "sglang.kernels.jit.utils.arch", "Cannot detect CUDA architecture"
+
+
+def emulated_gpu_arch_quiet() -> None:
+    """Drop SGLang's "Cannot detect CUDA architecture." from this process (``--gpu`` runs).
+
+    It came first on every ``--dry-run --gpu`` on a machine without a GPU, about a machine the
+    report is not about. Only that record of that logger is dropped.
+    """
+    import logging
+
+    logging.getLogger(_ARCH_LOGGER).addFilter(
+        lambda record: not record.getMessage().startswith(_ARCH_WARNING)
+    )
+
+
+def serve(sglang_argv: Sequence[str]) -> int:
+    """Load the plugin the way SGLang does, then run ``sglang serve`` with ``sglang_argv``."""
+    from sglang.cli.serve import serve as sglang_serve
+
+    from sglang_cpkv.plugin.entry import activate
+
+    activate()
+    sglang_serve(None, list(sglang_argv))
+    return 0
+
+
+def print_help(*, from_sglang: bool = False) -> int:
+    """cpkv-serve's own flags, then ``sglang serve``'s: listed from ``_sglang_options``' table when
+    the installed sglang is the release it was read from (no import), else (or with
+    ``--help-sglang``) SGLang's own help, which imports SGLang."""
+    from sglang_cpkv.plugin._version_guard import installed_sglang_version
+    from sglang_cpkv.serve._sglang_options import print_sglang_help
+
+    print(build_parser().format_help())
+    print("--- sglang serve ---", flush=True)  # ours is out before SGLang's slow import
+    if not from_sglang and print_sglang_help(installed_sglang_version()):
+        return 0
+    from sglang.cli.serve import serve as sglang_serve
+
+    try:
+        sglang_serve(None, ["--help"])
+    except SystemExit as exc:  # argparse's --help exits 0
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cpkv-serve``; Ctrl-C (also while SGLang imports) is one line, 130."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return quiet_on_closed_stdout(lambda: _main(argv))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    from sglang_cpkv.serve._machine import check_machine
+    from sglang_cpkv.serve._preflight import preflight
+    from sglang_cpkv.serve._sglang_argv import positional_model_path
+
+    if "--help-sglang" in argv:
+        with sglang_import_warnings_filtered():
+            return print_help(from_sglang=True)
+    if "-h" in argv or "--help" in argv:
+        with sglang_import_warnings_filtered():
+            return print_help()
+    args = parse_cpkv_args(argv)
+    try:
+        version = check_sglang_version()
+    except CpkvSGLangError as err:
+        raise PluginRefused(str(err)) from err
+    known = [s for a in build_parser()._actions for s in a.option_strings]
+    try:
+        if args.shared_kv:
+            check_shared_kv_release(version)
+        checked = preflight(args.index_overrides, args.sglang_argv, known)
+        check_machine(checked.args, args.dry_run, args.gpu)
+        sglang_argv = merge_model_overrides(
+            positional_model_path(args.sglang_argv), args.index_overrides
+        )
+    except (BadInput, ValueError) as err:
+        return refuse(err)
+    if args.shared_kv:
+        # Inherited by every SGLang process: their plugin load installs the shared-KV hooks.
+        os.environ["CPKV_SHARED_KV"] = "1"
+        sglang_argv = with_sharding(sglang_argv)
+    with sglang_import_warnings_filtered():
+        if args.dry_run:
+            return dry_run(sglang_argv, args.gpu, args.dry_run_format, args)
+        return serve(sglang_argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
