@@ -21,7 +21,7 @@ from _serve_guard import GUARD_EXIT, guarded_run
 from sglang_cpkv.errors import HookDriftError
 from sglang_cpkv.plugin._framework import check_target, resolve_target
 from sglang_cpkv.plugin._releases import SHARED_KV_FIRST, SHARED_KV_NEEDS, TESTED, release
-from sglang_cpkv.plugin.table import SHARED_KV_SPECS
+from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
@@ -44,6 +44,14 @@ def test_shared_kv_targets_exist_from_the_first_release_that_has_them(spec):
     elif spec.target.startswith(tuple(SHARED_KV_NEEDS)):
         with pytest.raises(HookDriftError, match="does not exist in the installed sglang"):
             check_target(spec)
+
+
+@pytest.mark.parametrize("spec", (*SPECS, *SHARED_KV_SPECS), ids=lambda s: s.name)
+def test_each_hook_checks_on_every_release_the_table_names(spec):
+    """The hook table's "checked on" column (``HookSpec.checked``) holds on this release."""
+    if INSTALLED not in spec.checked:
+        pytest.skip(f"the table does not claim sglang {INSTALLED} for {spec.name}")
+    check_target(spec)
 
 
 @pytest.mark.parametrize("target", SHARED_KV_NEEDS)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglang_cpkv.errors import HookDriftError
+from sglang_cpkv.plugin._releases import TESTED, release
 from sglang_cpkv.plugin._version_guard import SUPPORTED_RANGE
 
 HookKind = Literal["before", "after", "around", "replace"]
@@ -44,6 +45,16 @@ class HookSpec:
             checked with the target so a stale install refuses at start-up.
         lazy: ``hook`` is a zero-argument loader returning the hook (for a hook that imports
             SGLang, such as a class replacing a target class), called when registering.
+        runs_in: which process calls the target (the launcher while SGLang resolves its
+            arguments, each scheduler while it serves).
+        since: the first release of ``_releases.TESTED`` whose target has ``params`` (empty:
+            the first of them); :attr:`checked` lists the releases from there on.
+        corrects: the upstream behaviour the hook corrects, one line: SGLang file and function,
+            then what goes wrong.
+        delete_when: the upstream change that would let us delete the hook.
+
+    The last four are the hook's way out (``cpkv-serve --dry-run`` and the package README print
+    them from the table); ``tests/test_hook_table.py`` holds every entry of the table to them.
     """
 
     name: str
@@ -54,6 +65,18 @@ class HookSpec:
     why: str
     requires: tuple[str, ...] = ()
     lazy: bool = False
+    runs_in: str = ""
+    since: str = ""
+    corrects: str = ""
+    delete_when: str = ""
+
+    @property
+    def checked(self) -> tuple[str, ...]:
+        """The releases whose source this hook's target is checked against, with ``params``:
+        the locked one in every test run, each other one in CI's range step
+        (``scripts/sglang-range``), all read from ``_releases.TESTED``."""
+        first = release(self.since or TESTED[0])
+        return tuple(v for v in TESTED if release(v) >= first)
 
 
 def signature_of(fn: Callable[..., Any]) -> tuple[str, ...]:

@@ -1,7 +1,10 @@
 """SGLang's DeepGEMM warmup M list, computed by SGLang's own code, for ``deepgemm_compat``.
 
-Registered as the ``sglang`` entry point of ``deepgemm_compat.m_list_sources``, so that
-``deepgemm_compat`` reads SGLang's list at run time without importing ``sglang`` itself.
+Nothing in this package imports it: it is the entry point ``sglang = "sglang_cpkv.plugin.
+_warmup_m_list:upstream_m_list"`` of group ``deepgemm_compat.m_list_sources`` in the package's
+``pyproject.toml``, so that ``deepgemm_compat`` reads SGLang's list at run time (when the
+``deepgemm-warmup`` hook or ``cpkv-serve --dry-run`` plans the warmup) without importing ``sglang``
+itself.
 """
 
 from __future__ import annotations

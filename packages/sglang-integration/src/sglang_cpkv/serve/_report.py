@@ -2,7 +2,8 @@
 
 Sections: backends and why, KV dtype and row layout, CP/parallel layout, whether prefill hits
 SGLang's misplaced RAGGED top-k offsets (and whether the fix is active), the IndexCache schedule
-(full layers), the DeepGEMM warmup plan (Ms per kernel type), and every plugin decision.
+(full layers), the DeepGEMM warmup plan (Ms per kernel type), every plugin decision, and the hook
+table with each hook's way out (``_hook_table``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from sglang_cpkv.plugin import _decisions
+from sglang_cpkv.serve import _hook_table as hook_table
 from sglang_cpkv.serve._report_plugin import (
     hooks_section,
     pd_mode,
@@ -162,6 +164,7 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
     )
     report["warmup"] = warmup_as_sglang_runs_it(report["warmup"], report["hooks"]["on"])
     report["decisions"] = [d.__dict__ for d in _decisions.decisions()]
+    report["hook_table"] = hook_table.rows(report["hooks"]["on"])
     return report
 
 
@@ -247,4 +250,6 @@ def render_text(r: dict[str, Any]) -> str:
                 )
     else:
         out.append(f"  {w['note']}")
+    if "hook_table" in r:
+        out += hook_table.text(r["hook_table"])
     return "\n".join(out) + "\n"
