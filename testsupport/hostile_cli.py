@@ -17,6 +17,10 @@
 - :func:`run_interrupted_at_import`: an installed console script with Ctrl-C (SIGINT) delivered
   the moment it first imports a given module (torch, transformers, sglang): the start-up, where
   a traceback used to come out instead of the one ``interrupted`` line and exit 130.
+- :func:`run_interrupted_at_parse` and :func:`run_command_into_closed_pipe`: the same for any
+  command line (a console script, ``python -m``), Ctrl-C arriving as it first parses its
+  arguments, and stdout a pipe closed before the first write: the checks
+  ``packages/cpkv-cli/tests/test_every_script.py`` runs against every cpkv command.
 
 Both runners take ``refuse_spawns=True`` for a CLI whose regression would spawn without end (a
 process per ``--cp`` rank, asked for a million ranks): the hook then raises at the first spawn,
@@ -284,5 +288,59 @@ def run_interrupted_at_import(
         check=False,
         timeout=timeout,
     )
+    print(f"exit={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc, note.exists()
+
+
+def run_command_into_closed_pipe(
+    command: Sequence[str], *argv: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``command argv...`` with stdout a pipe whose reader closed before the first write."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(
+            [*command, *argv], stdout=w, stderr=subprocess.PIPE, text=True, check=False,
+            timeout=timeout,
+        )  # fmt: skip
+    finally:
+        os.close(w)
+
+
+#: sitecustomize for :func:`run_interrupted_at_parse`: SIGINT to this process when a parser
+#: first parses (inside the command's ``main``, wherever it imports argparse), noted in a file.
+_CTRL_C_AT_PARSE_SITE = """
+import argparse, os, signal
+_note = os.environ["HOSTILE_CTRL_C_NOTE"]
+_parse = argparse.ArgumentParser.parse_known_args
+def parse_known_args(self, *args, **kwargs):
+    if not os.path.exists(_note):
+        open(_note, "w").write(self.prog)
+        os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode
+    return _parse(self, *args, **kwargs)
+argparse.ArgumentParser.parse_known_args = parse_known_args
+"""
+
+
+def run_interrupted_at_parse(
+    command: Sequence[str], argv: Sequence[str], tmp: Path, *, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run ``command argv...``; Ctrl-C arrives as it first parses its arguments.
+
+    Returns:
+        (the finished process, with stdout and stderr as text; whether the interrupt was sent:
+        False means the command never parsed, so the test proves nothing).
+    """
+    site = tmp / "ctrl-c-parse-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_CTRL_C_AT_PARSE_SITE)
+    note = tmp / "ctrl-c-parse-fired"
+    note.unlink(missing_ok=True)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "HOSTILE_CTRL_C_NOTE": str(note)}
+    proc = subprocess.run(
+        [*command, *argv], capture_output=True, text=True, env=env, check=False,
+        timeout=timeout,
+    )  # fmt: skip
     print(f"exit={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc, note.exists()

@@ -32,9 +32,10 @@ from pathlib import Path
 import pytest
 import torch
 from _servers import raw_server
+from cpkv_cli import InputError as CliInputError
 from cpkv_validate import refserver, scenario_names
-from cpkv_validate._cli_io import CliInputError, check_url
 from cpkv_validate._limits import MAX_CP_CPU
+from cpkv_validate._targets import check_url
 from cpkv_validate.cli import main
 from hostile_cli import (
     TORCH_ADDRESS_SPACE,

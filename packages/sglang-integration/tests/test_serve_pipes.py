@@ -94,7 +94,7 @@ def test_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
 
 def test_closed_stdout_check_is_stdouts_own():
     """A BrokenPipeError that is not stdout's (a server socket) is not swallowed."""
-    from sglang_cpkv.serve._cli_io import quiet_on_closed_stdout
+    from cpkv_cli import quiet_on_closed_stdout
 
     def server_socket_died() -> int:
         raise BrokenPipeError("a client went away")
@@ -104,7 +104,7 @@ def test_closed_stdout_check_is_stdouts_own():
 
 
 def test_stdout_to_a_live_pipe_is_not_taken_for_closed():
-    code = "from sglang_cpkv.serve._cli_io import stdout_reader_gone as g; print(g())"
+    code = "from cpkv_cli import stdout_reader_gone as g; print(g())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from cpkv_cli import InputError as BadInput
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.serve._cli_io import BadInput
 from sglang_cpkv.serve._machine import DRY_RUN_GPUS_PER_NODE, check_machine
 from sglang_cpkv.serve._model_check import (
     MAX_LAYERS,

@@ -15,9 +15,9 @@ import io
 
 import _sglang_env as env
 import pytest
+from cpkv_cli import InputError as BadInput
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.serve._cli_io import BadInput
 from sglang_cpkv.serve._sglang_argv import (
     FLAG_DESTS,
     INT_DESTS,

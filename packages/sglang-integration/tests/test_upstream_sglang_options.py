@@ -21,9 +21,9 @@ from pathlib import Path
 
 import _sglang_env as env
 import pytest
+from cpkv_cli import InputError as BadInput
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_cpkv.serve._cli_io import BadInput
 from sglang_cpkv.serve._sglang_options import (
     TABLE,
     check_sglang_argv,

@@ -3,8 +3,8 @@
 ``pre-commit try-repo`` of this checkout (its local path; uncommitted edits to tracked files
 included, as pre-commit shadows them into a commit) from a scratch repository: pre-commit builds
 the hook's environment itself (``language: python``: ``pip install .`` of this repository's root,
-whose wheel is govctl alone), then runs ``govctl check`` there. One good work item passes; adding
-a bad one fails with govctl's diagnostic. With ``language: system`` the first run failed with
+whose wheel is govctl and cpkv_cli), then runs ``govctl check`` there. One good work item passes;
+adding a bad one fails with govctl's diagnostic. With ``language: system`` the first run failed with
 "Executable `govctl` not found" unless govctl was installed by hand.
 
 pip fetches hatchling, jsonschema and tomlkit from the package index (once per module: both runs
@@ -96,10 +96,18 @@ def test_try_repo_installs_the_hook_passes_a_good_item_and_fails_a_bad_one(
 
 
 def test_the_root_wheel_carries_govctls_dependencies() -> None:
-    """The root's dependencies restate govctl's (pip installs the root for the hook)."""
+    """The root's dependencies restate govctl's (pip installs the root for the hook), but for
+    the workspace packages govctl depends on, which the root's wheel carries itself (pip could
+    not find them on the package index)."""
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     govctl = tomllib.loads((ROOT / "tools" / "govctl" / "pyproject.toml").read_text())
-    assert root["project"]["dependencies"] == govctl["project"]["dependencies"]
+    workspace = set(govctl["tool"]["uv"]["sources"])
+    ours = [d for d in govctl["project"]["dependencies"] if d in workspace]
+    assert ours == ["cpkv-cli"]
+    others = [d for d in govctl["project"]["dependencies"] if d not in workspace]
+    assert root["project"]["dependencies"] == others
     assert "scripts" not in root["project"]  # uv warns on every sync otherwise; the hook uses -m
     wheel = root["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
-    assert wheel == ["tools/govctl/src/govctl"]
+    assert wheel == ["tools/govctl/src/govctl", "packages/cpkv-cli/src/cpkv_cli"]
+    cli = tomllib.loads((ROOT / "packages" / "cpkv-cli" / "pyproject.toml").read_text())
+    assert cli["project"]["dependencies"] == []  # nothing more for pip to find

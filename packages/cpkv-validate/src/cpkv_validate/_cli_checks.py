@@ -2,7 +2,7 @@
 
 Every number has a lower and an upper bound with its reason (``_limits``); flags of one engine
 are refused with the other; paths, URLs and backends are checked the way they will be used. A
-failure is one :class:`CliInputError` line naming the input, the bound or the fix.
+failure is one :class:`InputError` line naming the input, the bound or the fix.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import argparse
 import math
 import resource
 
+from cpkv_cli import InputError
+
 from . import _limits as lim
-from ._cli_io import CliInputError, check_output_path, check_url
 from ._scenarios import SCENARIOS, scenario_names
+from ._targets import check_output_path, check_url
 
 __all__ = ["DEFAULT_CP", "check_args", "plan"]
 
@@ -77,16 +79,16 @@ def _given(args: argparse.Namespace, flags: dict[str, object]) -> list[str]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Resolve the engine and defaults in ``args``; raise :class:`CliInputError` on bad input."""
+    """Resolve the engine and defaults in ``args``; raise :class:`InputError` on bad input."""
     if args.engine is None:
         args.engine = "http" if args.url is not None else "reference"
     if args.engine == "http":
         _check_http(args)
     else:
         if args.url is not None:
-            raise CliInputError("--url is for --engine http; drop --engine reference or --url")
+            raise InputError("--url is for --engine http; drop --engine reference or --url")
         if given := _given(args, HTTP_ONLY):
-            raise CliInputError(
+            raise InputError(
                 f"{_join(given)} {_verb(given)} to the http engine only; give --url or drop them"
             )
         _check_reference(args)
@@ -104,19 +106,19 @@ def _bound(name: str, value: int | None) -> None:
         return
     low, low_why, high, high_why = _BOUNDS[name]
     if value < low:
-        raise CliInputError(f"{_flag(name)} must be >= {low} ({low_why}); got {_show(value)}")
+        raise InputError(f"{_flag(name)} must be >= {low} ({low_why}); got {_show(value)}")
     if value > high:
-        raise CliInputError(f"{_flag(name)} must be <= {high} ({high_why}); got {_show(value)}")
+        raise InputError(f"{_flag(name)} must be <= {high} ({high_why}); got {_show(value)}")
 
 
 def _check_http(args: argparse.Namespace) -> None:
     if args.url is None:
-        raise CliInputError(
+        raise InputError(
             "--engine http needs --url URL (the server's base URL, e.g. http://127.0.0.1:30000)"
         )
     check_url(args.url)
     if given := _given(args, REFERENCE_ONLY):
-        raise CliInputError(
+        raise InputError(
             f"{_join(given)} {_verb(given)} to the reference engine only (a server has its own "
             f"layout, CP and scenarios); drop them or --url"
         )
@@ -125,24 +127,24 @@ def _check_http(args: argparse.Namespace) -> None:
     max_tokens = HTTP_ONLY["max_tokens"] if args.max_tokens is None else args.max_tokens
     n = args.compare_tokens
     if n is not None and not 1 <= n <= max_tokens:
-        raise CliInputError(
+        raise InputError(
             f"--compare-tokens must be in 1..--max-tokens ({max_tokens}), got {_show(n)}; "
             f"compare fewer tokens or raise --max-tokens"
         )
     t = args.timeout
     if t is not None and not (math.isfinite(t) and 0 < t <= lim.MAX_TIMEOUT_S):
-        raise CliInputError(
+        raise InputError(
             f"--timeout must be a number of seconds in (0, {lim.MAX_TIMEOUT_S:.0f}] (a server "
             f"slower than an hour per request is not serving), got {t}"
         )
     if args.model is not None and (not args.model or not args.model.isprintable()):
-        raise CliInputError(
+        raise InputError(
             f"--model {args.model!r}: give the server's model name (as /v1/models lists it)"
         )
     concurrency = HTTP_ONLY["concurrency"] if args.concurrency is None else args.concurrency
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and concurrency > soft - lim.FD_RESERVE:
-        raise CliInputError(
+        raise InputError(
             f"--concurrency {concurrency} needs a socket per request but the open-file limit is "
             f"{soft} ({lim.FD_RESERVE} kept free); lower --concurrency or raise ulimit -n"
         )
@@ -150,13 +152,13 @@ def _check_http(args: argparse.Namespace) -> None:
 
 def _check_reference(args: argparse.Namespace) -> None:
     if args.cp is not None and args.cp < 1:
-        raise CliInputError(f"--cp must be >= 1 (1 runs without CP); got {_show(args.cp)}")
+        raise InputError(f"--cp must be >= 1 (1 runs without CP); got {_show(args.cp)}")
     names = scenario_names()
     if args.scenario is not None:
         unknown = [s for s in args.scenario if s not in names]
         if unknown:
             shown = ", ".join(repr(s[:40]) for s in unknown[:3])
-            raise CliInputError(
+            raise InputError(
                 f"unknown --scenario {shown}; choose from {', '.join(names)} "
                 f"(cpkv-validate --list-scenarios)"
             )
@@ -164,7 +166,7 @@ def _check_reference(args: argparse.Namespace) -> None:
     device = args.device or REFERENCE_ONLY["device"]
     most = max(plan(args))
     if device == "cpu" and most > lim.MAX_CP_CPU:
-        raise CliInputError(
+        raise InputError(
             f"--cp must be <= {lim.MAX_CP_CPU} on CPU (each rank is a process here, about 30 MiB "
             f"of its own; 16 is twice an 8-GPU node); got {_show(most)}"
         )
@@ -179,10 +181,10 @@ def _check_gpus(most: int) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise CliInputError("--device cuda: no CUDA device is visible here; use --device cpu")
+        raise InputError("--device cuda: no CUDA device is visible here; use --device cpu")
     visible = torch.cuda.device_count()
     if most > visible:
-        raise CliInputError(
+        raise InputError(
             f"--cp must be <= {visible} with --device cuda (NCCL: one GPU per rank, {visible} "
             f"visible); got {_show(most)}: pass a smaller --cp or leave out the scenarios named "
             f"for a larger cp"
@@ -195,7 +197,7 @@ def _check_backend(backend: str, device: str) -> None:
     found = available_backends().get(backend)
     if found is None or not found.available or device not in found.devices:
         why = found.reason if found is not None and found.reason else f"not for {device}"
-        raise CliInputError(
+        raise InputError(
             f"--backend {backend} is not available here ({why}); use --backend auto or torch"
         )
 

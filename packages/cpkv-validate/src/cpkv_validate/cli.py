@@ -27,10 +27,11 @@ import argparse
 import sys
 import time
 
+from cpkv_cli import InputError, OneLineParser, quiet_stdout, run
+
 # Only modules without torch (or rich) at import: the parser and its checks run first.
 from . import _limits as lim
 from ._cli_checks import DEFAULT_CP, HTTP_ONLY, check_args, plan
-from ._cli_io import CliInputError, OneLineParser, quiet_stdout
 from ._compare import TOLERANCE, Report, ScenarioResult
 from ._scenarios import SCENARIOS, scenario_names
 
@@ -237,12 +238,12 @@ def _http(args: argparse.Namespace) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``cpkv-validate``; returns the exit status."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:  # Ctrl-C, start-up included: the ranks are ended, --json kept
-        print("cpkv-validate: interrupted" + _json_kept(argv), file=sys.stderr)
-        return 130
+    """Entry point of ``cpkv-validate``; returns the exit status.
+
+    Ctrl-C, start-up included, is one line and 130 (``cpkv_cli.run``): the ranks are ended and
+    ``--json`` is left as it was, which the line says.
+    """
+    return run("cpkv-validate", lambda: _main(argv), interrupted=lambda: _json_kept(argv))
 
 
 def _json_kept(argv: list[str] | None) -> str:
@@ -271,7 +272,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     try:
         check_args(args)
-    except CliInputError as exc:
+    except InputError as exc:
         parser.error(str(exc))
     return _run(args)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
+from cpkv_cli import OneLineParser, quiet_stdout, run
 
-from ._cli_io import OneLineParser, quiet_stdout
 from ._config import PRESETS
 from ._engine import ALLOCATORS, Engine
 from ._limits import MAX_SEED
@@ -31,6 +31,8 @@ from ._model import init_weights
 from ._scenarios import MARKER_BASE
 
 __all__ = ["RefServer", "main", "serve"]
+
+PROG = "python -m cpkv_validate.refserver"
 
 MODEL_NAME = "cpkv-reference"
 
@@ -251,9 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m cpkv_validate.refserver``; serves until interrupted.
 
     Bad input (a port outside 0-65535 or already taken, a seed outside 0..2**63-1) is one line
-    on stderr and exit 2, before the model is built.
+    on stderr and exit 2, before the model is built. Ctrl-C while serving stops the server (exit
+    0); before that (the model is being built) it is one line and 130, as in every cpkv command.
     """
-    p = OneLineParser(prog="python -m cpkv_validate.refserver", description=__doc__.split("\n")[0])
+    return run(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--port", type=int, default=8000, help="0..65535; 0 = any free port (printed)")
     p.add_argument(
         "--inverse",

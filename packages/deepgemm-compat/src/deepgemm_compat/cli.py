@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok, 1 a blocking problem found (doctor), 2 bad input: one line on stderr names the
 input, its bound and the fix, before anything is built; 2 also for a stdout that cannot be written
-(a full disk: one line says the output is incomplete). A reader that closes stdout early
-(``| head -3``) ends the output quietly; the exit status stays the command's own.
+(a full disk: one line says the output is incomplete); 130 interrupted (Ctrl-C, one line). A
+reader that closes stdout early (``| head -3``) ends the output quietly; the exit status stays the
+command's own. These conventions are ``cpkv_cli``'s, shared by every cpkv console script.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cpkv_cli import OneLineParser, OutputError, emit, refuse, run
+
 from deepgemm_compat._bounds import (
     DSA_PAGE_SIZE,
     INT32_MAX,
@@ -22,7 +25,6 @@ from deepgemm_compat._bounds import (
     check_chunked,
     check_int,
 )
-from deepgemm_compat._cli_io import OneLineParser, OutputError, emit
 from deepgemm_compat._glm51 import GLM51
 from deepgemm_compat._mlist import SOURCE_ENV, SOURCES
 from deepgemm_compat.errors import InputError
@@ -265,16 +267,19 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``deepgemm-compat`` console script; returns the exit code."""
+    """Entry point of the ``deepgemm-compat`` console script; returns the exit code (Ctrl-C:
+    one line, 130)."""
+    return run("deepgemm-compat", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command = "deepgemm-compat"
     try:
         args = _parser().parse_args(argv)  # --help prints through emit
         command += f" {args.command}"
         return _plan(args) if args.command == "plan" else _doctor(args)
     except (ValueError, OutputError) as exc:  # InputError, the library's checks, a full disk
-        message = " ".join(str(exc).split("\n")[0].split())
-        print(f"{command}: error: {message}", file=sys.stderr)
-        return 2
+        return refuse(command, str(exc).split("\n")[0])
 
 
 if __name__ == "__main__":

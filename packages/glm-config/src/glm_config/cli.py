@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from glm_config._cli_io import OneLineParser, emit
+from cpkv_cli import OneLineParser, emit, run
+
 from glm_config._edit import SETTABLE, describe, parse_assignments, plan_edits
 from glm_config._files import (
     read_config_json,
@@ -70,15 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C (also while ``show`` imports transformers, seconds of the run) is one line and exit
     130; a ``set`` interrupted mid-write leaves the old file (see ``_files``).
     """
-    try:
-        args = build_parser().parse_args(argv)
-        return _show(args) if args.command == "show" else _set(args)
-    except GlmConfigError as exc:
-        print(f"glm-config: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("glm-config: interrupted", file=sys.stderr)
-        return 130
+    return run("glm-config", lambda: _main(argv), errors=(GlmConfigError,))
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    return _show(args) if args.command == "show" else _set(args)
 
 
 def _show(args: argparse.Namespace) -> int:

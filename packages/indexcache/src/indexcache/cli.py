@@ -6,19 +6,21 @@
 Exit codes: 0 success, 2 bad input (one line on stderr says which argument, why, and the fix).
 Every count is bounded: --layers, --freq, --offset and --nextn at most 4096 (52 times GLM-5's 78
 layers), --seq-len at most 2**31 - 1 (the indexer's key window is int32). A reader that closes
-stdout early (``| head -1``) ends the output quietly; the exit status stays the command's own.
+stdout early (``| head -1``) ends the output quietly; the exit status stays the command's own;
+Ctrl-C is one line and exit 130 (the conventions of ``cpkv_cli``, shared by every cpkv command).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from indexcache._cli_io import CliInputError, OneLineParser, emit, read_config
+from cpkv_cli import InputError, OneLineParser, emit, run
+
+from indexcache._config_file import read_config
 from indexcache._flops import IndexerDims, schedule_savings
 from indexcache._limits import INT32_MAX, MAX_LAYERS
 from indexcache._schedule import (
@@ -68,15 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``indexcache`` console script; returns the exit code."""
+    """Entry point of the ``indexcache`` console script; returns the exit code (Ctrl-C: one
+    line, 130)."""
+    return run("indexcache", lambda: _main(argv), errors=(IndexCacheError,))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        _check_bounds(args)
-        schedule, dims, label = _resolve(args)
-        report = _report(schedule, dims, label, args.seq_len)
-    except (CliInputError, IndexCacheError) as exc:
-        print(f"indexcache: error: {exc}", file=sys.stderr)
-        return 2
+    _check_bounds(args)
+    schedule, dims, label = _resolve(args)
+    report = _report(schedule, dims, label, args.seq_len)
     if args.format == "json":
         emit(json.dumps(report, indent=2))
     else:
@@ -89,9 +92,9 @@ def _check_bounds(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if value is not None and value < low:
-            raise CliInputError(f"{flag} must be >= {low} ({low_why}); got {value}.")
+            raise InputError(f"{flag} must be >= {low} ({low_why}); got {value}.")
         if value is not None and value > high:
-            raise CliInputError(f"{flag} must be <= {high} ({high_why}); got {value}.")
+            raise InputError(f"{flag} must be <= {high} ({high_why}); got {value}.")
 
 
 def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, str]:
@@ -99,7 +102,7 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
     if args.config is not None:
         if flags or args.nextn:
             extra = flags[0] if flags else "nextn"
-            raise CliInputError(f"--config takes the schedule from config.json; drop --{extra}.")
+            raise InputError(f"--config takes the schedule from config.json; drop --{extra}.")
         file, raw = read_config(args.config)
         sched = schedule_from_config(raw)
         detail = sched.source
@@ -108,17 +111,17 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
         try:
             dims = IndexerDims.from_config(raw)
         except IndexCacheError as exc:
-            raise CliInputError(f"{file}: {exc}") from None
+            raise InputError(f"{file}: {exc}") from None
         return sched, dims, f"{args.config} ({detail})"
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:
-            raise CliInputError("--pattern replaces --freq/--offset; give one or the other.")
+            raise InputError("--pattern replaces --freq/--offset; give one or the other.")
         sched = IndexerSchedule.from_pattern(
             args.pattern, num_layers=args.layers, num_nextn_layers=args.nextn
         )
         return sched, IndexerDims(), f"index_topk_pattern={args.pattern}"
     if args.layers is None:
-        raise CliInputError("give --layers (with --freq/--offset), --pattern, or --config.")
+        raise InputError("give --layers (with --freq/--offset), --pattern, or --config.")
     sched = IndexerSchedule.from_freq(
         args.layers, args.freq, args.offset, num_nextn_layers=args.nextn
     )

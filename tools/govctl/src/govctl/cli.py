@@ -1,7 +1,9 @@
 """Command line: `govctl check` and `govctl work ...`.
 
 `main()` parses argv into a `ParseResult`; `execute()` runs it (building a `Checker` for
-`check`) and returns the exit status: 0 clean, 1 errors (or warnings with -W), 2 usage errors.
+`check`) and returns the exit status: 0 clean, 1 errors (or warnings with -W), 2 usage errors
+(one line, as in every cpkv command: `cpkv_cli`), 130 interrupted (Ctrl-C, one line). A reader
+that closes stdout early (`| head -1`) ends the output quietly; the status stays the command's.
 Heavy imports (tomlkit, jsonschema) happen inside the commands that need them.
 """
 
@@ -12,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from cpkv_cli import OneLineParser, QuietStdout, run
 
 from govctl._config import ID_STRATEGIES
 from govctl._edit import ADDABLE
@@ -40,7 +44,7 @@ class ParseResult:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="govctl", description="Validate and author governance work items (gov/work/*.toml)."
     )
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -293,11 +297,15 @@ def execute(pr: ParseResult, out: TextIO | None = None, err: TextIO | None = Non
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (`govctl = govctl.cli:main`)."""
+    return run("govctl", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         pr = parse(argv)
     except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
         return exc.code if isinstance(exc.code, int) else 2
-    return execute(pr)
+    return execute(pr, out=QuietStdout())
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cpkv_cli import OneLineParser
+
 from sglang_cpkv.plugin.hooks.indexcache_overrides import INDEXCACHE_KEYS
-from sglang_cpkv.serve._cli_io import OneLineParser
 
 OVERRIDE_FLAG = "--json-model-override-args"
 GPUS = {"sm90": (9, 0), "sm100": (10, 0)}
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "argument not listed here goes to SGLang (see `sglang serve --help`).",
         allow_abbrev=False,
         add_help=False,
+        help_flag="--cpkv-help",  # --help is SGLang's too
     )
     p.add_argument("--cpkv-help", action="help", help="show this help and exit")
     g = p.add_argument_group("IndexCache (rebuild the per-layer indexer schedule)")

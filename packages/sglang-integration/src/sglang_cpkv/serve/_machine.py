@@ -22,7 +22,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-from sglang_cpkv.serve._cli_io import BadInput
+from cpkv_cli import InputError
+
 from sglang_cpkv.serve._sglang_argv import SGLangArgs
 
 DRY_RUN_GPUS_PER_NODE = 8
@@ -45,7 +46,7 @@ def check_machine(args: SGLangArgs, dry_run: bool, gpu: str | None) -> None:
     """The node's ranks against what the machine (or the dry run's machine) holds.
 
     Raises:
-        BadInput: more ranks, replicas or GPU ids than it holds, or CUDA asked of a machine
+        InputError: more ranks, replicas or GPU ids than it holds, or CUDA asked of a machine
             without it.
     """
     if dry_run and gpu:
@@ -63,17 +64,17 @@ def check_machine(args: SGLangArgs, dry_run: bool, gpu: str | None) -> None:
     if args.nnodes > 1:
         sizes += f" / {args.name('nnodes')} {args.nnodes}"
     if ranks > capacity:
-        raise BadInput(
+        raise InputError(
             f"{sizes} puts {ranks} ranks on this node, but {holds}; give at most {capacity} "
             f"per node (more --nnodes for more)"
         )
     if args.dp_size > capacity * args.nnodes:
-        raise BadInput(
+        raise InputError(
             f"{args.name('dp_size')} {args.dp_size} needs a GPU per replica at least, but {holds}"
         )
     last = args.base_gpu_id + (ranks - 1) * args.gpu_id_step
     if last >= capacity:
-        raise BadInput(
+        raise InputError(
             f"{args.name('base_gpu_id')} {args.base_gpu_id} with {args.name('gpu_id_step')} "
             f"{args.gpu_id_step} puts rank {ranks - 1} on GPU {last}, but {holds}"
         )
@@ -83,7 +84,7 @@ def machine_capacity(device: str | None, dry_run: bool) -> tuple[int, str] | Non
     """``(ranks this machine can hold, what it holds in words)``; None when not counted.
 
     Raises:
-        BadInput: CUDA is asked for (``--device cuda``, or a dry run of this machine) and there
+        InputError: CUDA is asked for (``--device cuda``, or a dry run of this machine) and there
             is none.
     """
     if device not in (None, "cuda", "cpu"):
@@ -95,12 +96,12 @@ def machine_capacity(device: str | None, dry_run: bool) -> tuple[int, str] | Non
         verb = "is" if cuda == 1 else "are"
         return cuda, f"{_count(cuda, 'CUDA device')} {verb} visible{shown}"
     if dry_run:
-        raise BadInput(
+        raise InputError(
             "--dry-run: no CUDA GPU on this machine; pass --gpu sm90 or --gpu sm100 to resolve "
             "for one"
         )
     if device == "cuda":
-        raise BadInput(
+        raise InputError(
             f"--device cuda, but no CUDA device is visible{shown}; run on a GPU host, or add "
             f"--dry-run --gpu sm90|sm100 to see what it would run"
         )

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sglang_cpkv.serve._cli_io import BadInput, printable
+from cpkv_cli import InputError, printable
 
 MAX_CONFIG_BYTES = 16 * 2**20
 """Largest config.json read (16 MiB). Shipped ones are 1-10 KB; the cap keeps a weights file or
@@ -105,14 +105,14 @@ def locate_model(path: str | None, flag: str, revision: str | None = None) -> Mo
     """Apply the path rule of this module to ``--model-path`` (spelled ``flag``).
 
     Raises:
-        BadInput: missing, empty, a path that does not exist, a file that is not a model, a
+        InputError: missing, empty, a path that does not exist, a file that is not a model, a
             directory without config.json, or a malformed repo id.
     """
     example = "a local model directory holding config.json or a repo id such as zai-org/GLM-5.1"
     if path is None:
-        raise BadInput(f"--model-path is required; give {example}")
+        raise InputError(f"--model-path is required; give {example}")
     if not path.strip():
-        raise BadInput(f"{flag} is empty; give {example}")
+        raise InputError(f"{flag} is empty; give {example}")
     p, shown = Path(path), printable(path)
     st = _stat(p, flag)
     if st is not None and stat.S_ISDIR(st.st_mode):
@@ -120,7 +120,7 @@ def locate_model(path: str | None, flag: str, revision: str | None = None) -> Mo
             return ModelSource(path, "directory", p / "config.json")
         if (st_params := _stat(p / "params.json", flag)) and stat.S_ISREG(st_params.st_mode):
             return ModelSource(path, "mistral")
-        raise BadInput(
+        raise InputError(
             f"{flag} {shown} holds no config.json; give the model directory (the one "
             f"with config.json beside the weights)"
         )
@@ -128,22 +128,22 @@ def locate_model(path: str | None, flag: str, revision: str | None = None) -> Mo
         if stat.S_ISREG(st.st_mode) and p.suffix == ".gguf":
             return ModelSource(path, "gguf")
         what = "a file" if stat.S_ISREG(st.st_mode) else "not a directory"
-        raise BadInput(
+        raise InputError(
             f"{flag} {shown} is {what}; give the model directory "
             f"({printable(str(p.parent))} if this is its config.json)"
         )
     if path.startswith("~"):
-        raise BadInput(
+        raise InputError(
             f"{flag} {shown} does not exist: no shell expanded the '~'; write it as "
             f"{printable(os.path.expanduser(path))}"
         )
     if path.startswith(("/", ".")):
-        raise BadInput(f"{flag} {shown} does not exist; give {example}")
+        raise InputError(f"{flag} {shown} does not exist; give {example}")
     if problem := _repo_id_problem(path):
-        raise BadInput(f"{flag} {shown} does not exist and is {problem}; give {example}")
+        raise InputError(f"{flag} {shown} does not exist and is {problem}; give {example}")
     head = path.split("/", 1)[0]
     if "/" in path and (st_head := _stat(Path(head), flag)) and stat.S_ISDIR(st_head.st_mode):
-        raise BadInput(
+        raise InputError(
             f"{flag} {shown} does not exist (taken for a local path: {printable(head)}/ is a "
             f"directory here); give {example}"
         )
@@ -157,9 +157,9 @@ def _stat(path: Path, flag: str) -> os.stat_result | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:  # a name too long, a symlink loop, no permission
-        raise BadInput(f"{flag} {printable(str(path))}: {exc.strerror}") from None
+        raise InputError(f"{flag} {printable(str(path))}: {exc.strerror}") from None
     except ValueError as exc:  # an embedded NUL byte
-        raise BadInput(f"{flag} {printable(str(path))}: {exc}") from None
+        raise InputError(f"{flag} {printable(str(path))}: {exc}") from None
 
 
 def _repo_id_problem(repo_id: str) -> str | None:
@@ -191,19 +191,19 @@ def read_config(path: Path) -> dict[str, Any]:
     """``path`` read as a JSON object, without hanging on a FIFO or reading past 16 MiB.
 
     Raises:
-        BadInput: not a regular file, too large, unreadable, not UTF-8 JSON, or not an object.
+        InputError: not a regular file, too large, unreadable, not UTF-8 JSON, or not an object.
     """
     shown = printable(str(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise BadInput(f"cannot open {shown}: {exc.strerror}") from None
+        raise InputError(f"cannot open {shown}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{shown} is not a regular file; give the model's config.json")
+            raise InputError(f"{shown} is not a regular file; give the model's config.json")
         if info.st_size > MAX_CONFIG_BYTES:
-            raise BadInput(
+            raise InputError(
                 f"{shown} is {info.st_size:,} bytes, over the {MAX_CONFIG_BYTES:,} a "
                 f"config.json may have; give the model's config.json"
             )
@@ -212,21 +212,23 @@ def read_config(path: Path) -> dict[str, Any]:
             chunks.append(chunk)
             size += len(chunk)
     except OSError as exc:
-        raise BadInput(f"cannot read {shown}: {exc.strerror}") from None
+        raise InputError(f"cannot read {shown}: {exc.strerror}") from None
     finally:
         os.close(fd)
     if size > MAX_CONFIG_BYTES:  # grew after fstat
-        raise BadInput(f"{shown} is over {MAX_CONFIG_BYTES:,} bytes; give the model's config.json")
+        raise InputError(
+            f"{shown} is over {MAX_CONFIG_BYTES:,} bytes; give the model's config.json"
+        )
     try:
         raw = json.loads(b"".join(chunks).decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InputError(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise BadInput(f"{shown} is not valid JSON ({exc}); fix the file") from None
+        raise InputError(f"{shown} is not valid JSON ({exc}); fix the file") from None
     except (ValueError, RecursionError):  # an int of over 4300 digits, or nesting too deep
-        raise BadInput(f"{shown} holds an integer or nesting no config.json has") from None
+        raise InputError(f"{shown} holds an integer or nesting no config.json has") from None
     if not isinstance(raw, dict):
-        raise BadInput(f"{shown} must hold a JSON object; got a {type(raw).__name__}")
+        raise InputError(f"{shown} must hold a JSON object; got a {type(raw).__name__}")
     return raw
 
 

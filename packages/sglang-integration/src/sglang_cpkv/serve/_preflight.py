@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cpkv_cli import InputError, printable
+
 from sglang_cpkv.plugin._version_guard import installed_sglang_version
-from sglang_cpkv.serve._cli_io import BadInput, printable
 from sglang_cpkv.serve._model_check import (
     MAX_LAYERS,
     ModelSource,
@@ -84,7 +85,7 @@ def preflight(
         cpkv_flags: every option string cpkv-serve knows, for "did you mean".
 
     Raises:
-        BadInput: the first problem found.
+        InputError: the first problem found.
     """
     check_cpkv_flags_known(sglang_argv, cpkv_flags)
     hooks = check_hooks(index_flags)
@@ -97,7 +98,7 @@ def preflight(
     if model.config_path is not None:
         config = {**read_config(model.config_path), **overrides}
         if problems := config_problems(config):
-            raise BadInput(_problems_line(model.config_path, problems, bool(overrides)))
+            raise InputError(_problems_line(model.config_path, problems, bool(overrides)))
     check_index_flags(index_flags, config, model)
     return Checked(args, model, config, hooks)
 
@@ -109,7 +110,7 @@ def check_cpkv_flags_known(sglang_argv: Sequence[str], known: Sequence[str]) -> 
         if name.startswith("--cpkv-"):
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]}?" if close else "cpkv-serve --cpkv-help lists them"
-            raise BadInput(f"unknown flag {printable(name)}; {hint}")
+            raise InputError(f"unknown flag {printable(name)}; {hint}")
 
 
 def check_hooks(index_flags: Mapping[str, object]) -> tuple[str, ...]:
@@ -120,9 +121,9 @@ def check_hooks(index_flags: Mapping[str, object]) -> tuple[str, ...]:
     try:
         names = tuple(spec.name for spec in enabled_specs())
     except HookDriftError as err:
-        raise BadInput(str(err)) from None
+        raise InputError(str(err)) from None
     if index_flags and INDEXCACHE_HOOK not in names:
-        raise BadInput(
+        raise InputError(
             f"{_flags_need(index_flags)} the {INDEXCACHE_HOOK} hook, which "
             f"{DISABLE_ENV} turns off (SGLang alone keeps every layer's indexer). Fix: drop the "
             f"flag or take {INDEXCACHE_HOOK} out of {DISABLE_ENV}"
@@ -135,31 +136,31 @@ def check_parallel(args: SGLangArgs) -> None:
     for dest, meaning in _AT_LEAST_ONE.items():
         value = getattr(args, dest)
         if value < 1:
-            raise BadInput(f"{args.name(dest)} {value} must be at least 1 ({meaning})")
+            raise InputError(f"{args.name(dest)} {value} must be at least 1 ({meaning})")
     for dest in ("node_rank", "base_gpu_id"):
         if getattr(args, dest) < 0:
-            raise BadInput(f"{args.name(dest)} {getattr(args, dest)} must be at least 0")
+            raise InputError(f"{args.name(dest)} {getattr(args, dest)} must be at least 0")
     tp, cp = args.tp_size, args.attn_cp_size
     if not 1 <= cp <= tp or tp % cp:
         valid = [d for d in range(1, tp + 1) if tp % d == 0] if tp <= 1024 else None
         zero = " (SGLang documents no 0/auto value)" if cp == 0 else ""
-        raise BadInput(
+        raise InputError(
             f"{args.name('attn_cp_size')} {cp} is not an attention CP size for "
             f"{args.name('tp_size')} {tp}{zero}; give one that divides it"
             + (f": {', '.join(map(str, valid))}" if valid else "")
         )
     if args.attn_dp_size > tp:
-        raise BadInput(
+        raise InputError(
             f"{args.name('attn_dp_size')} {args.attn_dp_size} exceeds "
             f"{args.name('tp_size')} {tp}: attention DP groups split the TP group"
         )
     if args.node_rank >= args.nnodes:
-        raise BadInput(
+        raise InputError(
             f"{args.name('node_rank')} {args.node_rank} must be below "
             f"{args.name('nnodes')} {args.nnodes} (ranks count from 0)"
         )
     if args.nnodes > tp * args.pp_size * args.dp_size:
-        raise BadInput(
+        raise InputError(
             f"{args.name('nnodes')} {args.nnodes} is more nodes than the "
             f"{tp * args.pp_size * args.dp_size} ranks of tp x pp x dp; give at most "
             f"that many"
@@ -170,17 +171,17 @@ def read_overrides(args: SGLangArgs) -> dict[str, Any]:
     """``--json-model-override-args`` as a dict.
 
     Raises:
-        BadInput: not JSON, or not a JSON object.
+        InputError: not JSON, or not a JSON object.
     """
     flag, text = args.name("json_model_override_args"), args.json_model_override_args
     try:
         value = json.loads(text) if text.strip() else {}
     except (ValueError, RecursionError) as exc:
-        raise BadInput(
+        raise InputError(
             f"{flag} is not JSON ({exc}); give an object such as '{{\"index_topk_freq\": 4}}'"
         ) from None
     if not isinstance(value, dict):
-        raise BadInput(f"{flag} must be a JSON object; got a {type(value).__name__}")
+        raise InputError(f"{flag} must be a JSON object; got a {type(value).__name__}")
     return value
 
 
@@ -197,7 +198,7 @@ def check_index_flags(
     if config is not None:
         if not is_dsa_config(config):
             what = architecture(config) or config.get("model_type") or "this model"
-            raise BadInput(
+            raise InputError(
                 f"{_flags_apply(index_flags)} to DSA models (GLM-5.x, "
                 f"DeepSeek-V3.2); {model.given} is {what}, which SGLang runs without a DSA "
                 f"indexer. Fix: drop the flag"
@@ -205,7 +206,7 @@ def check_index_flags(
         layers, bound_why = config["num_hidden_layers"], f"num_hidden_layers of {model.given}"
     for key in ("index_topk_freq", "index_skip_topk_offset"):
         if key in index_flags and int_problem(index_flags[key], key, layers):
-            raise BadInput(
+            raise InputError(
                 f"{flag_name(key)} must be in [1, {layers}] ({bound_why}); got {index_flags[key]}"
             )
     pattern = index_flags.get("index_topk_pattern")
@@ -213,9 +214,9 @@ def check_index_flags(
         try:
             IndexerSchedule.from_pattern(pattern, num_layers=layers if config else None)  # type: ignore[arg-type]
         except IndexCacheError as err:
-            raise BadInput(f"{flag_name('index_topk_pattern')}: {err}") from None
+            raise InputError(f"{flag_name('index_topk_pattern')}: {err}") from None
         if len(pattern) > layers:  # type: ignore[arg-type]
-            raise BadInput(
+            raise InputError(
                 f"{flag_name('index_topk_pattern')} has {len(pattern)} letters, "  # type: ignore[arg-type]
                 f"over {layers} ({bound_why})"
             )

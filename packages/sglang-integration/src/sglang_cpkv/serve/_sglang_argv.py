@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sglang_cpkv.serve._cli_io import BadInput
+from cpkv_cli import InputError
 
 #: dest -> {option string: shortest abbreviation SGLang 0.5.23 resolves to it}.
 OPTIONS: dict[str, dict[str, str]] = {
@@ -107,7 +107,7 @@ def read_sglang_args(argv: Sequence[str]) -> SGLangArgs:
     """Read the options of :data:`OPTIONS` from ``argv`` (SGLang's arguments only).
 
     Raises:
-        BadInput: an option of ours lacks its value, or an integer option is not an integer.
+        InputError: an option of ours lacks its value, or an integer option is not an integer.
     """
     values: dict[str, object] = {}
     spelled: dict[str, str] = {}
@@ -128,7 +128,7 @@ def read_sglang_args(argv: Sequence[str]) -> SGLangArgs:
             continue
         if not eq:
             if i >= len(argv) or (argv[i].startswith("-") and not _NEGATIVE_NUMBER.match(argv[i])):
-                raise BadInput(f"{name} needs a value; e.g. {_example(dest)}")
+                raise InputError(f"{name} needs a value; e.g. {_example(dest)}")
             text = argv[i]
             i += 1
         values[dest] = _int(name, text, dest) if dest in INT_DESTS else text
@@ -139,7 +139,7 @@ def _int(name: str, text: str, dest: str) -> int:
     try:
         return int(text)  # what argparse's type=int does (so " 8 " and "1_000" are numbers)
     except ValueError:
-        raise BadInput(f"{name} {_show(text)} is not an integer; e.g. {_example(dest)}") from None
+        raise InputError(f"{name} {_show(text)} is not an integer; e.g. {_example(dest)}") from None
 
 
 def _example(dest: str) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sglang_cpkv.serve._cli_io import BadInput, printable
+from cpkv_cli import InputError, printable
 
 __all__ = [
     "TABLE",
@@ -101,7 +101,7 @@ def check_sglang_argv(argv: Sequence[str], installed: str | None) -> None:
         installed: the installed sglang version; the check is skipped unless it is the table's.
 
     Raises:
-        BadInput: an unknown or ambiguous option, a value it cannot take, a value missing.
+        InputError: an unknown or ambiguous option, a value it cannot take, a value missing.
     """
     if not table_applies(installed):
         return
@@ -111,7 +111,7 @@ def check_sglang_argv(argv: Sequence[str], installed: str | None) -> None:
     try:
         build_parser().parse_args(args)
     except _Refused as err:
-        raise BadInput(_message(str(err), args)) from None
+        raise InputError(_message(str(err), args)) from None
 
 
 def _message(error: str, args: list[str]) -> str:

@@ -24,22 +24,18 @@ fix), 130 interrupted (Ctrl-C, one line, also during SGLang's import). A closed 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+
+from cpkv_cli import one_line, refuse, run
 
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
 from sglang_cpkv.plugin._releases import check_shared_kv_release
 from sglang_cpkv.plugin._version_guard import check_sglang_version
-from sglang_cpkv.serve._cli_io import (
-    PROG,
-    BadInput,
-    one_line,
-    quiet_on_closed_stdout,
-    refuse,
-    sglang_import_warnings_filtered,
-)
 from sglang_cpkv.serve._flags import (
     GPUS,
     CpkvArgs,
@@ -48,6 +44,29 @@ from sglang_cpkv.serve._flags import (
     parse_cpkv_args,
     with_sharding,
 )
+
+PROG = "cpkv-serve"
+
+#: SGLang 0.5.23's quantization modules warn at import on a machine without CUDA/HIP/XPU/NPU
+#: (``awq/awq.py``: "Only CUDA, HIP and XPU support AWQ currently.", ``gguf.py``: "Only CUDA,
+#: MUSA and NPU support GGUF quantization currently."): every dry run on a laptop. A GPU host
+#: never sees them.
+SGLANG_NO_CUDA_WARNINGS = (
+    (r"Only CUDA, .* support (AWQ|GGUF)", r"sglang\.srt\.layers\.quantization\."),
+)
+
+
+@contextlib.contextmanager
+def sglang_import_warnings_filtered() -> Iterator[None]:
+    """Inside the block, ignore :data:`SGLANG_NO_CUDA_WARNINGS`; the filters are restored after.
+
+    Scoped by message and by the warning module, so nothing else is hidden, and only here: a
+    program importing SGLang itself still sees them.
+    """
+    with warnings.catch_warnings():
+        for message, module in SGLANG_NO_CUDA_WARNINGS:
+            warnings.filterwarnings("ignore", message, UserWarning, module)
+        yield
 
 
 def dry_run(
@@ -151,11 +170,7 @@ def print_help(*, from_sglang: bool = False) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cpkv-serve``; Ctrl-C (also while SGLang imports) is one line, 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return quiet_on_closed_stdout(lambda: _main(argv))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    return run(PROG, lambda: _main(argv))
 
 
 def _main(argv: list[str]) -> int:
@@ -183,8 +198,8 @@ def _main(argv: list[str]) -> int:
         sglang_argv = merge_model_overrides(
             positional_model_path(args.sglang_argv), args.index_overrides
         )
-    except (BadInput, ValueError) as err:
-        return refuse(err)
+    except ValueError as err:  # InputError, and SGLang-free checks of the library packages
+        return refuse(PROG, err)
     if args.shared_kv:
         # Inherited by every SGLang process: their plugin load installs the shared-KV hooks.
         os.environ["CPKV_SHARED_KV"] = "1"

@@ -1,62 +1,27 @@
-"""What the ``cpkv-validate`` commands need from their surroundings, made safe against bad input.
+"""Where ``cpkv-validate`` talks to outside itself, checked the way it will be used.
 
-- :class:`OneLineParser`: a usage error is one line on stderr and exit 2 (argparse's own prints
-  the whole usage first).
-- :func:`quiet_stdout`: a reader that closes stdout early (``| head -1``) ends the output without
-  a traceback; the command keeps its own exit status.
 - :func:`check_output_path`: ``--json PATH`` can be written, found out before the run (a probe
   file is created next to it and removed), so a run is not wasted on a report it cannot keep.
 - :func:`check_url`: ``--url`` is a server base URL urllib can open, with the fix named.
+
+Each failure is one :class:`cpkv_cli.InputError` line (the conventions every cpkv command keeps).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import ipaddress
 import os
-import sys
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
-__all__ = ["CliInputError", "OneLineParser", "check_output_path", "check_url", "quiet_stdout"]
+from cpkv_cli import InputError
 
-
-class CliInputError(Exception):
-    """Bad command-line input, reported as one ``error: ...`` line with exit code 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line: ``prog: error: ...; see prog --help``."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
-
-
-@contextlib.contextmanager
-def quiet_stdout() -> Iterator[None]:
-    """Run the block; if the reader of stdout has gone, drop this and all later output.
-
-    A closed pipe is not an error of the command (``cpkv-validate --list-scenarios | head -1`` got
-    what it asked for). Output goes to /dev/null from then on, so the flush at exit is quiet too.
-    """
-    try:
-        yield
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (AttributeError, OSError, ValueError):  # stdout replaced by an object without a fd
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit, like stdout
-        finally:
-            os.close(devnull)
+__all__ = ["check_output_path", "check_url"]
 
 
 def check_output_path(path: str, flag: str = "--json") -> None:
-    """Raise :class:`CliInputError` unless a report can be written to ``path``.
+    """Raise :class:`InputError` unless a report can be written to ``path``.
 
     The directory must exist, ``path`` must not be a directory or anything but a regular file,
     its name must fit the file system, and a file must be creatable next to it (checked by
@@ -65,15 +30,15 @@ def check_output_path(path: str, flag: str = "--json") -> None:
     """
     p = Path(path)
     if path == "" or path.endswith(os.sep):
-        raise CliInputError(f"{flag} {path!r}: give a file path, e.g. {flag} report.json")
+        raise InputError(f"{flag} {path!r}: give a file path, e.g. {flag} report.json")
     try:
         _check_place(p, flag)
     except OSError as exc:  # a path too long for the system, a loop of links, ...
-        raise CliInputError(f"{flag} {_short(path)}: {exc.strerror}; give another path") from None
+        raise InputError(f"{flag} {_short(path)}: {exc.strerror}; give another path") from None
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{p.name[:32]}.", dir=p.parent)
     except OSError as exc:
-        raise CliInputError(
+        raise InputError(
             f"{flag} {_short(path)}: cannot create a file in {p.parent} ({exc.strerror}); give a "
             f"writable directory"
         ) from None
@@ -85,21 +50,21 @@ def _check_place(p: Path, flag: str) -> None:
     parent = p.parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
-        raise CliInputError(f"{flag} {_short(p)}: {parent} {what}; create it or give another path")
+        raise InputError(f"{flag} {_short(p)}: {parent} {what}; create it or give another path")
     try:
         name_max = os.pathconf(parent, "PC_NAME_MAX")
     except (OSError, ValueError):
         name_max = 255
     size = len(p.name.encode(errors="surrogateescape"))
     if size > name_max:
-        raise CliInputError(
+        raise InputError(
             f"{flag}: the file name is {size} bytes; {parent} allows {name_max}; give a "
             f"shorter name"
         )
     if p.is_dir():
-        raise CliInputError(f"{flag} {p} is a directory; give a file path inside it")
+        raise InputError(f"{flag} {p} is a directory; give a file path inside it")
     if p.exists() and not p.is_file():
-        raise CliInputError(f"{flag} {p} is not a regular file; give a file path")
+        raise InputError(f"{flag} {p} is not a regular file; give a file path")
 
 
 def _short(path: str | Path) -> str:
@@ -108,7 +73,7 @@ def _short(path: str | Path) -> str:
 
 
 def check_url(url: str) -> None:
-    """Raise :class:`CliInputError` unless ``url`` is an ``http(s)://host[:port][/path]`` base URL.
+    """Raise :class:`InputError` unless ``url`` is an ``http(s)://host[:port][/path]`` base URL.
 
     Refused: other schemes, no host, a host that is neither an IP address nor a DNS name (labels
     of 1-63 characters, 253 in all), a port outside 1-65535, whitespace or control characters,
@@ -117,26 +82,26 @@ def check_url(url: str) -> None:
     shown = url if len(url) <= 80 else url[:77] + "..."
     fix = "give the server's base URL, e.g. --url http://127.0.0.1:30000"
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise CliInputError(f"--url {shown!r} contains whitespace or control characters; {fix}")
+        raise InputError(f"--url {shown!r} contains whitespace or control characters; {fix}")
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise CliInputError(f"--url {shown!r}: {exc}; {fix}") from None
+        raise InputError(f"--url {shown!r}: {exc}; {fix}") from None
     if parts.scheme not in ("http", "https"):
-        raise CliInputError(f"--url must start with http:// or https://, got {shown!r}; {fix}")
+        raise InputError(f"--url must start with http:// or https://, got {shown!r}; {fix}")
     host = parts.hostname or ""
     if not host:
-        raise CliInputError(f"--url {shown!r} names no host; {fix}")
+        raise InputError(f"--url {shown!r} names no host; {fix}")
     if not _is_ip(host) and not _is_dns_name(host):
-        raise CliInputError(
+        raise InputError(
             f"--url {shown!r}: host {host[:40]!r} is not an IP address or a DNS name (labels "
             f"of 1-63 letters, digits or '-', 253 characters in all); {fix}"
         )
     if port == 0:
-        raise CliInputError(f"--url {shown!r}: port 0 cannot be connected to; {fix}")
+        raise InputError(f"--url {shown!r}: port 0 cannot be connected to; {fix}")
     if parts.query or parts.fragment:
-        raise CliInputError(f"--url {shown!r} has a query or fragment; {fix}")
+        raise InputError(f"--url {shown!r} has a query or fragment; {fix}")
 
 
 def _is_ip(host: str) -> bool:

@@ -1,0 +1,97 @@
+"""The conventions, run against every cpkv command as a user starts it (a fresh process).
+
+Every console script of the workspace (read from each member's ``pyproject.toml``, so a new one
+fails here until it is listed below with its own bad input) and the one CLI started with
+``python -m``, ``cpkv_validate.refserver``:
+
+- a usage error (an option no command has) is one line ``prog...: error: ...`` on stderr, exit 2,
+  nothing on stdout;
+- a bad input (the command's own kind: a missing model, a URL, a bound) is one line, exit 2;
+- ``--help`` into a pipe whose reader is gone ends quietly, exit 0, nothing on stderr;
+- Ctrl-C while it parses its arguments is ``prog: interrupted``, exit 130, no traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from hostile_cli import run_command_into_closed_pipe, run_interrupted_at_parse
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+#: command -> (the name its messages start with, argv of a bad input of its own kind)
+COMMANDS: dict[str, tuple[str, list[str]]] = {
+    "cpkv-serve": ("cpkv-serve", ["--model-path", "/nonexistent/model"]),
+    "cpkv-validate": ("cpkv-validate", ["--url", "ftp://example.invalid"]),
+    "python -m cpkv_validate.refserver": ("python -m cpkv_validate.refserver", ["--port", "70000"]),
+    "deepgemm-compat": ("deepgemm-compat", ["plan", "--chunked", "0"]),
+    "glm-config": ("glm-config", ["show", "/nonexistent/model"]),
+    "indexcache": ("indexcache", ["schedule", "--layers", "0"]),
+    "govctl": ("govctl", ["check", "/nonexistent/gov"]),
+}
+
+
+def workspace_scripts() -> set[str]:
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    scripts: set[str] = set()
+    for pattern in root["tool"]["uv"]["workspace"]["members"]:
+        for member in sorted(ROOT.glob(pattern)):
+            meta = tomllib.loads((member / "pyproject.toml").read_text())["project"]
+            scripts.update(meta.get("scripts", {}))
+    return scripts
+
+
+def command_line(command: str) -> list[str]:
+    if command.startswith("python -m "):
+        return [sys.executable, "-m", command.removeprefix("python -m ")]
+    return [str(BIN / command)]
+
+
+def test_every_console_script_is_checked_here():
+    scripts = workspace_scripts()
+    assert len(scripts) == 6, scripts
+    assert scripts | {"python -m cpkv_validate.refserver"} == set(COMMANDS)
+
+
+def _one_error_line(proc, prog: str) -> None:
+    assert proc.returncode == 2, proc
+    assert proc.stdout == "", proc
+    assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n"), proc.stderr
+    assert proc.stderr.startswith(prog) and ": error: " in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_usage_error_is_one_line_and_exit_2(command):
+    proc = subprocess.run(
+        [*command_line(command), "--no-such-option"], capture_output=True, text=True, timeout=300
+    )
+    _one_error_line(proc, COMMANDS[command][0])
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_bad_input_is_one_line_and_exit_2(command):
+    prog, argv = COMMANDS[command]
+    proc = subprocess.run(
+        [*command_line(command), *argv], capture_output=True, text=True, timeout=300
+    )
+    _one_error_line(proc, prog)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_into_a_closed_pipe_is_quiet(command):
+    proc = run_command_into_closed_pipe(command_line(command), "--help")
+    assert (proc.returncode, proc.stderr) == (0, ""), proc
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_ctrl_c_is_one_line_and_exit_130(command, tmp_path):
+    prog, argv = COMMANDS[command]
+    proc, fired = run_interrupted_at_parse(command_line(command), argv, tmp_path)
+    assert fired, "the command never parsed its arguments: nothing was interrupted"
+    assert (proc.returncode, proc.stderr) == (130, f"{prog}: interrupted\n"), proc
