@@ -181,8 +181,8 @@ def _pools(dep: Any, n: int, total_tokens: int, requests: int, context_len: int,
     """The three pools of one case on ``dep``'s device, two layers each (both run the indexer)."""
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
     from sglang.srt.mem_cache.page_interleave import PageShardSpec
-    from sglang_cpkv.shared_kv._capacity import ScratchSpec
-    from sglang_cpkv.shared_kv._pool import CpkvSharedKVPool
+    from sglang_cpkv.plugin.shared_kv._capacity import ScratchSpec
+    from sglang_cpkv.plugin.shared_kv._pool import CpkvSharedKVPool
 
     spec = ScratchSpec.for_model(
         context_len=context_len,
@@ -378,7 +378,7 @@ class PoolRun:
 
     def capacity(self) -> dict:
         """Resident bytes per token (from the pool's buffers), scratch, tokens for the budget."""
-        from sglang_cpkv.hooks.indexcache_overrides import effective_schedule
+        from sglang_cpkv.plugin.hooks.indexcache_overrides import effective_schedule
 
         pool, cp = self.pool, self.dep.cp
         _, scratch = _pool_bytes(pool)
@@ -699,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import _skv_backend_stand_ins as stand_ins
     import pytest
-    from sglang_cpkv.plugin import activate
+    from sglang_cpkv.plugin.entry import activate
 
     device = torch.device(args.device)
     if device.type == "cuda":
