@@ -1,5 +1,8 @@
 """The backend contract: the tensor-level ops every backend (torch, triton, cuda) implements.
 
+What each op computes is written below; its signature (in the form the kernels take), its
+metadata checks and its output shapes are written once, in ``_contract.OP_SPECS``.
+
 `cpkv_runtime` owns the torch definitions and a registry; `cpkv_kernels` registers its Triton and
 CUDA implementations through the entry-point group ``cpkv_runtime.backends``. Each entry point is a
 zero-argument callable returning a :class:`Backend`. The runtime never imports the kernels by name.
@@ -128,18 +131,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-OP_NAMES: tuple[str, ...] = (
-    "build_inverse",
-    "materialize",
-    "fill_current",
-    "remap_locs",
-    "current_page_mask",
-    "plan_slots",
-    "fill_sources",
-    "build_dense",
-    "layer_step",
-    "shard_plan",
-)
+from ._contract import OP_SPECS
+
+#: The ops, in the order of the contract (``_contract.OP_SPECS``: one entry per op, holding its
+#: signature, its metadata checks and its output shapes).
+OP_NAMES: tuple[str, ...] = tuple(OP_SPECS)
 
 # Ops no Triton kernel implements (see ``shard_plan`` above): Triton falls through to torch.
 NO_TRITON: frozenset[str] = frozenset({"shard_plan"})

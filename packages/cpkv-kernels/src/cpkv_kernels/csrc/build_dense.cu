@@ -86,20 +86,11 @@ cudaError_t launch_words(const BuildDenseArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_build_dense(const BuildDenseArgs& a, cudaStream_t stream) {
   if (a.num_slots == 0 || a.page_size == 0 || a.row_bytes == 0) return cudaSuccess;
-  const int bytes = word_bytes({static_cast<uint64_t>(a.row_bytes),
-                                static_cast<uint64_t>(a.pool_stride),
-                                static_cast<uint64_t>(a.dense_stride),
-                                static_cast<uint64_t>(a.src_stride),
-                                reinterpret_cast<uint64_t>(a.pool),
-                                reinterpret_cast<uint64_t>(a.src),
-                                reinterpret_cast<uint64_t>(a.dense)});
-  switch (bytes) {
-    case 16: return launch_words<16>(a, stream);
-    case 8: return launch_words<8>(a, stream);
-    case 4: return launch_words<4>(a, stream);
-    case 2: return launch_words<2>(a, stream);
-    default: return launch_words<1>(a, stream);
-  }
+  return by_word({static_cast<uint64_t>(a.row_bytes), static_cast<uint64_t>(a.pool_stride),
+                  static_cast<uint64_t>(a.dense_stride), static_cast<uint64_t>(a.src_stride),
+                  reinterpret_cast<uint64_t>(a.pool), reinterpret_cast<uint64_t>(a.src),
+                  reinterpret_cast<uint64_t>(a.dense)},
+                 [&](auto bytes) { return launch_words<decltype(bytes)::value>(a, stream); });
 }
 
 }  // namespace cpkv

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 namespace cpkv {
 
@@ -193,6 +195,19 @@ inline int word_bytes(std::initializer_list<uint64_t> values) {
     while (acc > 1 && v % acc != 0) acc >>= 1;
   }
   return static_cast<int>(acc);
+}
+
+// launch(std::integral_constant<int, BYTES>{}) for BYTES = word_bytes(values): the one copy of
+// the word-width dispatch of the kernels that move rows as opaque words.
+template <typename Launch>
+cudaError_t by_word(std::initializer_list<uint64_t> values, Launch&& launch) {
+  switch (word_bytes(values)) {
+    case 16: return launch(std::integral_constant<int, 16>{});
+    case 8: return launch(std::integral_constant<int, 8>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    default: return launch(std::integral_constant<int, 1>{});
+  }
 }
 
 inline int page_shift_of(int64_t page_size) {

@@ -86,18 +86,10 @@ cudaError_t launch_words(const FillCurrentArgs& a, cudaStream_t stream) {
 
 template <typename LocT>
 cudaError_t launch_loc(const FillCurrentArgs& a, cudaStream_t stream) {
-  const int bytes = word_bytes({static_cast<uint64_t>(a.row_bytes),
-                                static_cast<uint64_t>(a.src_stride),
-                                static_cast<uint64_t>(a.dense_stride),
-                                reinterpret_cast<uint64_t>(a.src),
-                                reinterpret_cast<uint64_t>(a.dense)});
-  switch (bytes) {
-    case 16: return launch_words<16, LocT>(a, stream);
-    case 8: return launch_words<8, LocT>(a, stream);
-    case 4: return launch_words<4, LocT>(a, stream);
-    case 2: return launch_words<2, LocT>(a, stream);
-    default: return launch_words<1, LocT>(a, stream);
-  }
+  return by_word({static_cast<uint64_t>(a.row_bytes), static_cast<uint64_t>(a.src_stride),
+                  static_cast<uint64_t>(a.dense_stride), reinterpret_cast<uint64_t>(a.src),
+                  reinterpret_cast<uint64_t>(a.dense)},
+                 [&](auto bytes) { return launch_words<decltype(bytes)::value, LocT>(a, stream); });
 }
 
 }  // namespace

@@ -57,18 +57,10 @@ cudaError_t launch_words(const MaterializeArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_materialize(const MaterializeArgs& a, cudaStream_t stream) {
   if (a.num_slots == 0 || a.page_bytes == 0) return cudaSuccess;
-  const int bytes = word_bytes({static_cast<uint64_t>(a.page_bytes),
-                                static_cast<uint64_t>(a.pool_stride),
-                                static_cast<uint64_t>(a.dense_stride),
-                                reinterpret_cast<uint64_t>(a.pool),
-                                reinterpret_cast<uint64_t>(a.dense)});
-  switch (bytes) {
-    case 16: return launch_words<16>(a, stream);
-    case 8: return launch_words<8>(a, stream);
-    case 4: return launch_words<4>(a, stream);
-    case 2: return launch_words<2>(a, stream);
-    default: return launch_words<1>(a, stream);
-  }
+  return by_word({static_cast<uint64_t>(a.page_bytes), static_cast<uint64_t>(a.pool_stride),
+                  static_cast<uint64_t>(a.dense_stride), reinterpret_cast<uint64_t>(a.pool),
+                  reinterpret_cast<uint64_t>(a.dense)},
+                 [&](auto bytes) { return launch_words<decltype(bytes)::value>(a, stream); });
 }
 
 }  // namespace cpkv

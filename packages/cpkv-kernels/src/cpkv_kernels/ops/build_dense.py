@@ -10,6 +10,7 @@ import triton.language as tl
 
 from .._bytes import as_words, byte_rows, copy_words
 from ._launch import tile_2d, tile_budget
+from ._register import triton_op
 
 WAVE_PROGRAMS_PER_SM = 8  # row programs per SM on a GPU: one wave that loops over the rows
 
@@ -79,16 +80,10 @@ def _build_dense_kernel(
         tl.store(dense_ptr + (dst_at[:, None] + cols[None, :]), vals, mask=write)
 
 
-def launch_build_dense(
-    kv_pool: torch.Tensor,
-    slot_page: torch.Tensor,
-    current_kv: torch.Tensor,
-    sources: torch.Tensor,
-    used_slots: torch.Tensor | None,
-    out: torch.Tensor,
-) -> None:
-    """The launcher of :func:`build_dense_triton` (same arguments), without the custom-op layer
-    (for ``cpkv_runtime.LayerStep``)."""
+def launch_build_dense(kv_pool, slot_page, current_kv, sources, used_slots, out) -> None:
+    """Write every dense row once, from the current KV where a source is named, else the pool
+    (arguments: the contract's ``build_dense``): the launcher under ``cpkv::build_dense_triton``,
+    called bare by ``cpkv_runtime.LayerStep``."""
     num_slots, page_size = out.shape[0], out.shape[1]
     pool, dense, cur = byte_rows(kv_pool, "kv_pool"), byte_rows(out, "out"), None
     row_bytes = dense.row_bytes // page_size if page_size else 0
@@ -125,28 +120,4 @@ def launch_build_dense(
     )
 
 
-@torch.library.custom_op("cpkv::build_dense_triton", mutates_args=("out",))
-def build_dense_triton(
-    kv_pool: torch.Tensor,
-    slot_page: torch.Tensor,
-    current_kv: torch.Tensor,
-    sources: torch.Tensor,
-    used_slots: torch.Tensor | None,
-    out: torch.Tensor,
-) -> None:
-    """Write every dense row once: from the current KV where a source is named, else the pool.
-
-    Args:
-        kv_pool: (num_pages, P, *row) any dtype, dims after the first contiguous. Read-only.
-        slot_page: (S,) int32/int64 source pool page of each slot, -1 = none.
-        current_kv: (T, *row) like ``kv_pool``'s rows. Read-only.
-        sources: (S, P) int32 from ``fill_sources``.
-        used_slots: None, or (1,) int32: slots from ``used_slots[0]`` on are not visited.
-        out: (S, P, *row) like ``kv_pool``, written.
-    """
-    launch_build_dense(kv_pool, slot_page, current_kv, sources, used_slots, out)
-
-
-@build_dense_triton.register_fake
-def _(kv_pool, slot_page, current_kv, sources, used_slots, out):
-    return None
+build_dense_triton = triton_op("build_dense", launch_build_dense)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from .._bytes import next_pow2
 from ._launch import CPU_TILE, GPU_TILE
+from ._register import triton_op
 
 
 # Sizes are not specialised on (one compiled variant per row format, not per batch).
@@ -43,18 +43,9 @@ def _build_inverse_kernel(
         tl.store(row + page, slot, mask=hit)
 
 
-@torch.library.custom_op("cpkv::build_inverse_triton", mutates_args=("inverse",))
-def build_inverse_triton(
-    slot_table: torch.Tensor, req_pages: torch.Tensor, num_pages: int, inverse: torch.Tensor
-) -> None:
-    """Write the per-request inverse into ``inverse``.
-
-    Args:
-        slot_table: (B, M) int32/int64, slot of request b's j-th page, -1 past its pages. Read-only.
-        req_pages: (B, M) int32/int64, pool page of request b's j-th page, -1 past its pages.
-        num_pages: pool pages (columns of ``inverse``).
-        inverse: (B, num_pages) int32, written: the slot of b's use of each page, else -1.
-    """
+def launch_build_inverse(slot_table, req_pages, num_pages, inverse) -> None:
+    """Write the per-request inverse into ``inverse`` (arguments: the contract's
+    ``build_inverse``): the launcher under ``cpkv::build_inverse_triton``."""
     b, m = slot_table.shape
     if b == 0 or num_pages == 0:
         return
@@ -74,6 +65,4 @@ def build_inverse_triton(
     )
 
 
-@build_inverse_triton.register_fake
-def _(slot_table, req_pages, num_pages, inverse):
-    return None
+build_inverse_triton = triton_op("build_inverse", launch_build_inverse)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from ._launch import CPU_TILE, tile_2d, tile_budget
+from ._register import triton_op
 
 
 # Sizes are not specialised on (one compiled variant per row format, not per batch).
@@ -41,23 +41,10 @@ def _current_page_mask_kernel(
     )
 
 
-@torch.library.custom_op("cpkv::current_page_mask_triton", mutates_args=("mask",))
-def current_page_mask_triton(
-    req_pages: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_lens: torch.Tensor,
-    page_size: int,
-    mask: torch.Tensor,
-) -> None:
-    """Write the request-aware current-page mask.
-
-    Args:
-        req_pages: (B, M) int32/int64 pool pages (only its shape is read).
-        prefix_lens: (B,) int32/int64 tokens already in the pool.
-        extend_lens: (B,) int32/int64 current tokens.
-        page_size: P.
-        mask: (B, M) bool, written.
-    """
+def launch_current_page_mask(req_pages, prefix_lens, extend_lens, page_size, mask) -> None:
+    """Write the request-aware current-page mask (arguments: the contract's
+    ``current_page_mask``; only ``req_pages``' shape is read): the launcher under
+    ``cpkv::current_page_mask_triton``."""
     num_reqs, max_pages = req_pages.shape
     if num_reqs == 0 or max_pages == 0:
         return
@@ -78,6 +65,4 @@ def current_page_mask_triton(
     )
 
 
-@current_page_mask_triton.register_fake
-def _(req_pages, prefix_lens, extend_lens, page_size, mask):
-    return None
+current_page_mask_triton = triton_op("current_page_mask", launch_current_page_mask)

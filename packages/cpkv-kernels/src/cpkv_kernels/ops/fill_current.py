@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from .._bytes import as_words, byte_rows, copy_words
 from ._launch import tile_2d, tile_budget
+from ._register import triton_op
 
 
 # Sizes are not specialised on (one compiled variant per row format, not per batch).
@@ -55,16 +55,10 @@ def _fill_current_kernel(
     tl.store(dense_ptr + (dst[:, None] + cols[None, :]), vals, mask=mask)
 
 
-def launch_fill_current(
-    dense: torch.Tensor,
-    current_kv: torch.Tensor,
-    token_req: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-) -> None:
-    """The launcher of :func:`fill_current_triton` (same arguments), without the custom-op layer
-    (for per-layer loops: ``cpkv_runtime.LayerStep``)."""
+def launch_fill_current(dense, current_kv, token_req, out_cache_loc, inverse, page_size) -> None:
+    """Scatter current rows into ``dense`` in place (arguments: the contract's ``fill_current``):
+    the launcher under ``cpkv::fill_current_triton``, called bare in per-layer loops
+    (``cpkv_runtime.LayerStep``)."""
     num_tokens = current_kv.shape[0]
     pages, rows_in = byte_rows(dense, "dense"), byte_rows(current_kv, "current_kv")
     row_bytes = rows_in.row_bytes
@@ -95,28 +89,4 @@ def launch_fill_current(
     )
 
 
-@torch.library.custom_op("cpkv::fill_current_triton", mutates_args=("dense",))
-def fill_current_triton(
-    dense: torch.Tensor,
-    current_kv: torch.Tensor,
-    token_req: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-) -> None:
-    """Scatter current rows into ``dense`` in place.
-
-    Args:
-        dense: (S, P, *row) any dtype, dims after the first contiguous; written in place.
-        current_kv: (T, *row) like ``dense``'s rows. Read-only.
-        token_req: (T,) int32/int64, request of each token.
-        out_cache_loc: (T,) int32/int64 pool location (page * P + offset), -1 = padding.
-        inverse: (B, num_pages) int32 per-request inverse.
-        page_size: P.
-    """
-    launch_fill_current(dense, current_kv, token_req, out_cache_loc, inverse, page_size)
-
-
-@fill_current_triton.register_fake
-def _(dense, current_kv, token_req, out_cache_loc, inverse, page_size):
-    return None
+fill_current_triton = triton_op("fill_current", launch_fill_current)

@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._register import triton_op
+
 GPU_BLOCK = 1024  # tokens per program
 CPU_BLOCK = 1 << 14  # interpreted: one wide tile is one numpy call per op
 
@@ -43,15 +45,10 @@ def _fill_sources_kernel(
     tl.atomic_max(sources_ptr + cell, t.to(tl.int32), mask=ok, sem="relaxed")  # no ordering
 
 
-def launch_fill_sources(
-    token_req: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-    num_slots: int,
-) -> torch.Tensor:
-    """The launcher of :func:`fill_sources_triton` (same arguments), without the custom-op layer
-    (for ``cpkv_runtime.prepare_layer_step``)."""
+def launch_fill_sources(token_req, out_cache_loc, inverse, page_size, num_slots) -> torch.Tensor:
+    """Which current row lands in each dense row (arguments: the contract's ``fill_sources``;
+    returns a new (S, P) int32 tensor, -1 = no current row): the launcher under
+    ``cpkv::fill_sources_triton``, called bare by ``cpkv_runtime.prepare_layer_step``."""
     sources = torch.full((num_slots, page_size), -1, dtype=torch.int32, device=inverse.device)
     num_tokens = token_req.shape[0]
     if num_tokens == 0 or sources.numel() == 0 or inverse.shape[0] == 0:
@@ -73,29 +70,4 @@ def launch_fill_sources(
     return sources
 
 
-@torch.library.custom_op("cpkv::fill_sources_triton", mutates_args=())
-def fill_sources_triton(
-    token_req: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-    num_slots: int,
-) -> torch.Tensor:
-    """Which current row lands in each dense row.
-
-    Args:
-        token_req: (T,) int32/int64 request of each current row. Read-only.
-        out_cache_loc: (T,) int32/int64 pool location (page * P + offset), -1 = padding.
-        inverse: (B, num_pages) int32 per-request inverse. Read-only.
-        page_size: P.
-        num_slots: S, the dense buffer's slots.
-
-    Returns:
-        sources: (S, P) int32, -1 = no current row (a new tensor).
-    """
-    return launch_fill_sources(token_req, out_cache_loc, inverse, page_size, num_slots)
-
-
-@fill_sources_triton.register_fake
-def _(token_req, out_cache_loc, inverse, page_size, num_slots):
-    return inverse.new_empty((num_slots, page_size))
+fill_sources_triton = triton_op("fill_sources", launch_fill_sources)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from .._bytes import as_words, byte_rows, copy_words
 from ._launch import tile_2d, tile_budget
+from ._register import triton_op
 
 
 # Sizes are not specialised on (one compiled variant per row format, not per batch).
@@ -43,12 +43,11 @@ def _materialize_kernel(
     tl.store(dense_ptr + (dst[:, None] + cols[None, :]), vals, mask=mask)
 
 
-def launch_materialize(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor) -> None:
-    """The launcher of :func:`materialize_triton` (same arguments), without the custom-op layer.
-
-    For per-layer loops (``cpkv_runtime.LayerStep``): a custom-op call adds dispatcher time to
-    every launch.
-    """
+def launch_materialize(kv_pool, slot_page, out) -> None:
+    """Copy pool pages into ``out`` (arguments: the contract's ``materialize``; -1 pages leave
+    their slot untouched): the launcher under ``cpkv::materialize_triton``, called bare in
+    per-layer loops (``cpkv_runtime.LayerStep``), where a custom-op call adds dispatcher time to
+    every launch."""
     num_slots = slot_page.shape[0]
     pool, dense = byte_rows(kv_pool, "kv_pool"), byte_rows(out, "out")
     if num_slots == 0 or pool.row_bytes == 0:
@@ -73,18 +72,4 @@ def launch_materialize(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torc
     )
 
 
-@torch.library.custom_op("cpkv::materialize_triton", mutates_args=("out",))
-def materialize_triton(kv_pool: torch.Tensor, slot_page: torch.Tensor, out: torch.Tensor) -> None:
-    """Copy pool pages into ``out``.
-
-    Args:
-        kv_pool: (num_pages, P, *row) any dtype, dims after the first contiguous. Read-only.
-        slot_page: (S,) int32/int64, source pool page of each slot; -1 leaves the slot untouched.
-        out: (S, P, *row) like ``kv_pool``, written.
-    """
-    launch_materialize(kv_pool, slot_page, out)
-
-
-@materialize_triton.register_fake
-def _(kv_pool, slot_page, out):
-    return None
+materialize_triton = triton_op("materialize", launch_materialize)

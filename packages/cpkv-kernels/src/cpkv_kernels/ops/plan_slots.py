@@ -10,13 +10,22 @@ become the inverse (and count a request's uses of each page on the way, to find 
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
+from cpkv_runtime._contract import OP_SPECS
 
 from .._bytes import next_pow2
 from .._plan_workspace import split_workspace
+from ._register import triton_op
 
+#: The Triton planner's own form of the contract's ``plan_slots``: no results, the outputs written
+#: into ``workspace`` (``workspace_size(B, M, max_slots)`` int32: pages, lengths, slot table, slot
+#: page and owner, info, split by ``cpkv_kernels._plan_workspace``) and ``inverse`` ((B + 1,
+#: num_pages) int32: rows ``0..B-1`` the inverse, row ``B`` the kernel's scratch).
+SCHEMA = (
+    OP_SPECS["plan_slots"].triton_schema().split(") ->")[0]
+    + ", Tensor(a7!) workspace, Tensor(a8!) inverse) -> ()"
+)
 GPU_BLOCK, GPU_WARPS = 4096, 16  # pairs per tile: 8,448 pairs take three tiles per pass
 CPU_BLOCK = 1 << 16  # interpreted: one wide tile is one numpy call per op
 
@@ -157,17 +166,11 @@ def _plan_slots_kernel(
 
 
 def launch_plan_slots(
-    req_pages: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_lens: torch.Tensor,
-    page_size: int,
-    num_pages: int,
-    max_slots: int,
-    dedup: bool,
-    workspace: torch.Tensor,
-    inverse: torch.Tensor,
+    req_pages, prefix_lens, extend_lens, page_size, num_pages, max_slots, dedup, workspace, inverse
 ) -> None:
-    """Fill ``inverse`` with -1 and run the kernel (arguments: :func:`plan_slots_triton`)."""
+    """Plan the slots of a batch into ``workspace`` and ``inverse``: fill ``inverse`` with -1
+    and run the kernel (arguments: :data:`SCHEMA`): the launcher under
+    ``cpkv::plan_slots_triton``."""
     bsz, width = req_pages.shape
     inverse.fill_(-1)
     ws = split_workspace(workspace, bsz, width, max_slots)
@@ -189,43 +192,4 @@ def launch_plan_slots(
     )
 
 
-@torch.library.custom_op("cpkv::plan_slots_triton", mutates_args=("workspace", "inverse"))
-def plan_slots_triton(
-    req_pages: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_lens: torch.Tensor,
-    page_size: int,
-    num_pages: int,
-    max_slots: int,
-    dedup: bool,
-    workspace: torch.Tensor,
-    inverse: torch.Tensor,
-) -> None:
-    """Plan the slots of a batch into ``workspace`` and ``inverse``.
-
-    Args:
-        req_pages: (B, M) int32/int64 pool pages. Read-only.
-        prefix_lens, extend_lens: (B,) int32/int64. Read-only.
-        page_size: P. num_pages: pool size. max_slots: slot capacity S. dedup: share read-only
-            slots.
-        workspace: (``workspace_size(B, M, S)``,) int32, written; see
-            ``cpkv_kernels._plan_workspace.split_workspace``.
-        inverse: (B + 1, num_pages) int32, written: rows ``0..B-1`` become the inverse, row
-            ``B`` is scratch.
-    """
-    launch_plan_slots(
-        req_pages,
-        prefix_lens,
-        extend_lens,
-        page_size,
-        num_pages,
-        max_slots,
-        dedup,
-        workspace,
-        inverse,
-    )
-
-
-@plan_slots_triton.register_fake
-def _(req_pages, prefix_lens, extend_lens, page_size, num_pages, max_slots, dedup, ws, inverse):
-    return None
+plan_slots_triton = triton_op("plan_slots", launch_plan_slots, schema=SCHEMA)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from ._launch import tile_2d, tile_budget
+from ._register import triton_op
 
 
 # Sizes are not specialised on (one compiled variant per row format, not per batch).
@@ -44,15 +44,10 @@ def _remap_locs_kernel(
     tl.store(out_ptr + offs, tl.where(slot >= 0, dense_loc, -1).to(tl.int32), mask=mask)
 
 
-def launch_remap_locs(
-    locs: torch.Tensor,
-    req_id: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-    out: torch.Tensor,
-) -> None:
-    """The launcher of :func:`remap_locs_triton` (same arguments), without the custom-op layer
-    (for per-layer loops: ``cpkv_runtime.LayerStep``)."""
+def launch_remap_locs(locs, req_id, inverse, page_size, out) -> None:
+    """Remap pool locations into dense locations (arguments: the contract's ``remap_locs``): the
+    launcher under ``cpkv::remap_locs_triton``, called bare in per-layer loops
+    (``cpkv_runtime.LayerStep``)."""
     num_rows = locs.shape[0]
     num_cols = locs.shape[1] if locs.dim() == 2 else 1
     if num_rows == 0 or num_cols == 0:
@@ -75,26 +70,4 @@ def launch_remap_locs(
     )
 
 
-@torch.library.custom_op("cpkv::remap_locs_triton", mutates_args=("out",))
-def remap_locs_triton(
-    locs: torch.Tensor,
-    req_id: torch.Tensor,
-    inverse: torch.Tensor,
-    page_size: int,
-    out: torch.Tensor,
-) -> None:
-    """Remap pool locations into dense locations.
-
-    Args:
-        locs: (N,) or (N, K) int32/int64 pool locations, -1 = absent. Read-only.
-        req_id: (N,) int32/int64, request of each row.
-        inverse: (B, num_pages) int32 per-request inverse.
-        page_size: P.
-        out: int32 of ``locs``' shape, written.
-    """
-    launch_remap_locs(locs, req_id, inverse, page_size, out)
-
-
-@remap_locs_triton.register_fake
-def _(locs, req_id, inverse, page_size, out):
-    return None
+remap_locs_triton = triton_op("remap_locs", launch_remap_locs)

@@ -1,0 +1,64 @@
+"""One definition per op: the Triton custom ops and the CUDA extension's declarations are the
+contract's (``cpkv_runtime._contract.OP_SPECS``), and each launcher takes its arguments.
+
+The C++ declarations are read from ``csrc/binding*.cpp`` as text, so this runs without a GPU or a
+build: a C++ schema that drifts from the contract fails here before it fails on the H200.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from cpkv_kernels import ops
+from cpkv_kernels.ops import plan_slots
+from cpkv_runtime import NO_TRITON, OP_NAMES
+from cpkv_runtime._contract import OP_SPECS
+
+CSRC = Path(ops.__file__).parents[1] / "csrc"
+TRITON = [op for op in OP_NAMES if op not in NO_TRITON]
+
+
+def cpp_declarations(texts: list[str]) -> dict[str, str]:
+    """``m.def("...")`` of C++ sources, adjacent string literals joined, by op."""
+    found = {}
+    for text in texts:
+        for call in re.findall(r"m\.def\(\s*((?:\"[^\"]*\"\s*)+)\)", text):
+            schema = "".join(re.findall(r"\"([^\"]*)\"", call))
+            found[schema.split("(")[0].removesuffix("_cuda")] = schema
+    return found
+
+
+def sources() -> list[str]:
+    return [path.read_text() for path in sorted(CSRC.glob("binding*.cpp"))]
+
+
+def test_the_cuda_extension_declares_the_contracts_schemas():
+    assert cpp_declarations(sources()) == {op: OP_SPECS[op].cuda_schema() for op in OP_NAMES}
+
+
+def test_a_drifted_declaration_is_seen():
+    drifted = [text.replace("Tensor slot_page,", "Tensor page,", 1) for text in sources()]
+    got = cpp_declarations(drifted)
+    assert got["materialize"] != OP_SPECS["materialize"].cuda_schema()
+
+
+@pytest.mark.parametrize("op", TRITON)
+def test_the_triton_op_is_registered_from_the_contract(op):
+    schema = str(getattr(torch.ops.cpkv, f"{op}_triton").default._schema)
+    want = plan_slots.SCHEMA if op == "plan_slots" else OP_SPECS[op].triton_schema()
+    assert schema == f"cpkv::{op}_triton{want}"
+
+
+@pytest.mark.parametrize("op", TRITON)
+def test_each_launcher_takes_the_schemas_arguments(op):
+    module = getattr(ops, op)
+    launcher = getattr(module, f"launch_{op}")
+    names = re.findall(r"(\w+)(?:,|\))", plan_slots.SCHEMA.split(" ->")[0])
+    params = names if op == "plan_slots" else OP_SPECS[op].params
+    inspect.signature(launcher).bind(*params)  # takes them all, positionally
+    fixed = [p.name for p in inspect.signature(launcher).parameters.values() if p.kind == 1]
+    assert list(params[: len(fixed)]) == fixed  # under the schema's names
