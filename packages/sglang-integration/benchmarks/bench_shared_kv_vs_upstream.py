@@ -233,34 +233,34 @@ def _layer_inputs(dep: Any, rows: list, fb: Any, heads: int) -> dict:
     }
 
 
-def _tables(fb: Any, req_to_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(page table, sequence lengths) of this rank's kept requests, as ``init_forward_metadata``
-    slices them (``page_table[bs_idx]``); the pool-level measurement reads through these."""
+def _tables(fb: Any, req_to_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """(page table, sequence lengths, the same on the host) of this rank's kept requests, as
+    ``init_forward_metadata`` slices them (``page_table[bs_idx]``); the pool-level measurement
+    reads through these (host lengths from the host, as the indexer takes them: no sync)."""
     from sglang.srt.layers.attention.dsa.utils import can_dsa_prefill_cp_interleave
     from sglang.srt.layers.cp.base import get_cp_strategy
 
     width = int(fb.seq_lens_cpu.max())
     table = req_to_token[fb.req_pool_indices.long(), :width]
-    seq = fb.seq_lens
+    seq, seq_cpu = fb.seq_lens, fb.seq_lens_cpu
     if can_dsa_prefill_cp_interleave(fb):
-        _, _, _, bs_idx = get_cp_strategy().shard_per_request(
+        _, _, bs_idx_cpu, bs_idx = get_cp_strategy().shard_per_request(
             fb.extend_seq_lens_cpu, fb.extend_seq_lens
         )
-        table, seq = table[bs_idx], seq[bs_idx]
-    return table, seq
+        table, seq, seq_cpu = table[bs_idx], seq[bs_idx], seq_cpu[bs_idx_cpu]
+    return table, seq, [int(n) for n in seq_cpu]
 
 
-def _pool_layer(
-    pool: Any, layer: Any, fb: Any, table: torch.Tensor, seq: torch.Tensor, x: dict, dep: Any
-) -> None:
+def _pool_layer(pool: Any, layer: Any, fb: Any, tables: tuple, x: dict, dep: Any) -> None:
     """The pool calls of one DSA layer, in the backend's order: the indexer's key store and page
     read, the latent store and the key-buffer read (which waits for this layer's gather and kicks
     the next one on a sharded pool)."""
     loc, lid = fb.out_cache_loc, layer.layer_id
+    table, seq, seq_cpu = tables
     k_fp8, k_scale = dep.act_quant(x["key"].contiguous())
     pool.set_index_k_scale_buffer(lid, loc, k_fp8, k_scale)
     pages = torch.div(table[:, ::P], P, rounding_mode="floor")
-    pool.get_index_k_scale_buffer(lid, seq, pages, int(seq.sum()), int(seq.max()))
+    pool.get_index_k_scale_buffer(lid, seq, pages, sum(seq_cpu), max(seq_cpu))
     pool.set_mla_kv_buffer(layer, loc, x["kv"][:, None, :512], x["kv"][:, None, 512:])
     pool.get_key_buffer(lid)
 
@@ -374,7 +374,7 @@ class PoolRun:
         self.fb = rank_mod.forward_batch(rows, r2t.req_to_token, self.device)
         prepare_cp_forward(self.fb)
         self.x = _layer_inputs(dep, rows, self.fb, layers[0].tp_q_head_num)
-        self.table, self.seq = _tables(self.fb, r2t.req_to_token)
+        self.tables = _tables(self.fb, r2t.req_to_token)
 
     def capacity(self) -> dict:
         """Resident bytes per token (from the pool's buffers), scratch, tokens for the budget."""
@@ -400,7 +400,7 @@ class PoolRun:
         }
 
     def _pool_layer(self) -> None:
-        _pool_layer(self.pool, self.layers[0], self.fb, self.table, self.seq, self.x, self.dep)
+        _pool_layer(self.pool, self.layers[0], self.fb, self.tables, self.x, self.dep)
 
     def plan(self) -> dict:
         """The forward's plan (``prepare_kv_shard_forward``, as ``init_forward_metadata`` runs

@@ -140,6 +140,7 @@ def stub_missing_packages() -> list[str]:
         package.__path__ = []
         package.__spec__ = importlib.machinery.ModuleSpec("IPython", None, is_package=True)
         package.display, package.get_ipython = display, (lambda: None)
+        package.version_info = (0, 0, 0)  # matplotlib reads it, then get_ipython() (None)
         sys.modules.update({"IPython": package, "IPython.display": display})
         added += ["IPython", "IPython.display"]
     return added
