@@ -513,20 +513,21 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
         if len(pts) < 2:
             continue
         serial = hidden = 0.0
+        done, curve = [0], [0.0]
         for start in range(0, prompt, chunk):
             # linear in the prefix between the two nearest measured points
             lo = max((p for p in pts if p[0] <= start), default=pts[0], key=lambda p: p[0])
             hi = min((p for p in pts if p[0] >= start), default=pts[-1], key=lambda p: p[0])
             f = 0.0 if hi[0] == lo[0] else (start - lo[0]) / (hi[0] - lo[0])
-            layer = lo[1]["layer_ms"] + f * (hi[1]["layer_ms"] - lo[1]["layer_ms"])
-            gather = lo[1]["gather_ms_model"] + f * (
-                hi[1]["gather_ms_model"] - lo[1]["gather_ms_model"]
-            )
-            plan = (
-                lo[1]["plan_host_us"] + f * (hi[1]["plan_host_us"] - lo[1]["plan_host_us"])
-            ) / 1e3
-            serial += plan + LAYERS_GLM * (layer + gather)
-            hidden += plan + LAYERS_GLM * max(layer, gather)
+
+            def at(key: str, lo=lo, hi=hi, f=f) -> float:
+                return lo[1][key] + f * (hi[1][key] - lo[1][key])
+
+            plan = at("plan_host_us") / 1e3
+            serial += plan + LAYERS_GLM * (at("layer_ms") + at("gather_ms_model"))
+            hidden += plan + LAYERS_GLM * max(at("layer_ms"), at("gather_ms_model"))
+            done.append(start + chunk)
+            curve.append(serial)
         base = pts[0][1]
         out.append(
             {
@@ -542,6 +543,8 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
                 "pool": pool,
                 "ttft_ms_gather_serial": serial,
                 "ttft_ms_gather_hidden": hidden,
+                "tokens_done": done,
+                "cumulative_ms_serial": curve,
                 "chunk": chunk,
                 "nvlink_gbps": base.get("nvlink_gbps"),
             }
@@ -645,11 +648,14 @@ def figure(rows: list[dict]):
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     if ttft:
         lines = [
-            benchkit.Line(f"{r['pool']} ({k.split('_')[-1]})", [0, 1], [0, r[k]], marker="o")
-            for r in ttft
-            for k in ("ttft_ms_gather_serial", "ttft_ms_gather_hidden")
-        ]
-        panels.append(benchkit.Panel("TTFT model, 128K prompt, CP 8, 78 layers", "", "ms", lines))
+            benchkit.Line(r["pool"], [t / 1024 for t in r["tokens_done"]],
+                          [ms / 1e3 for ms in r["cumulative_ms_serial"]])
+            for r in ttft if "tokens_done" in r
+        ]  # fmt: skip
+        panels.append(
+            benchkit.Panel("TTFT model (78 DSA attention layers, CP 8; gather at the NVLink "
+                           "model, serial)", "prompt tokens prefilled (K)", "s", lines)
+        )  # fmt: skip
     return benchkit.Figure(
         panels, title="shared KV vs SGLang's sharded pool vs the replica", ncols=2
     )
