@@ -21,6 +21,13 @@ interleave CP splits them: flattened token ``i`` on rank ``i % cp``. Per layer, 
 
 Not modelled: the indexer's key pages are read in place (the pool gathers them too, at 132 bytes
 per token against 1,152 of bf16 latent); the layer's other parts (projections, MoE) are absent.
+
+Not the pool: ``CpkvSharedKVPool`` packs through ``shared_kv.pack_launcher`` and gathers with
+SGLang's communicator, stores through SGLang's fused quantise-and-store kernel into packed fp8
+rows, and has no per-layer top-k remap (SGLang's backend maps the top-k through page tables the
+pool translates once per forward); here the pack is ``cpkv_runtime.gather_pages``, the gathers
+are ``torch.distributed``'s, the rows bf16, and the "cpkv ops" remap every token's top-k per
+layer. Of SGLang only the Triton ``sparse_mla_prefill`` kernel runs, called directly.
 """
 
 from __future__ import annotations

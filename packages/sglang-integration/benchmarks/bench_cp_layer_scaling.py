@@ -1,4 +1,9 @@
-"""CP scaling of one DSA layer of GLM-5.1 on the shared-KV path: per phase, per rank, cp = world.
+"""CP scaling of one DSA layer per phase and rank, in ``RankLayer``: a model, not the pool.
+
+``RankLayer`` (``_cp_rank_layer``) is a per-rank model of the shared-KV layer written for this
+benchmark: it takes the pool's placement (``plan_forward``) but neither ``CpkvSharedKVPool`` nor
+SGLang's ``DeepseekSparseAttnBackend`` runs (its differences from the pool: that module's
+docstring). The pool through SGLang's backend is ``bench_shared_kv_vs_upstream.py``.
 
 One process per rank (``--world N``: N GPUs under NCCL, cp = N; ``--world 1`` is the one-GPU
 baseline). Each rank runs its share of one layer (``_cp_rank_layer``): the per-layer **gather**

@@ -1,4 +1,14 @@
-"""One DSA layer of GLM-5.1 on one GPU: cpkv's shared-KV path beside SGLang's full-replica path.
+"""One DSA layer of GLM-5.1 on one GPU: ``cpkv_runtime``'s ``LayerStep`` beside a full replica.
+
+This is the runtime's own design, not the pool ``--cpkv-shared-kv`` installs. ``LayerStep``
+materialises, per layer, a dense scratch of the pages each request reads from a full local pool
+(no sharding, no all-gather), and remaps the top-k into it; ``CpkvSharedKVPool`` instead keeps
+1/N of the pages, gathers the history pages per layer into SGLang's scratch slots and lets
+SGLang's backend read through page tables translated once per forward. Neither SGLang's
+``DeepseekSparseAttnBackend`` nor any SGLang pool or indexer runs here: the indexer is DeepGEMM's
+fp8 ``mqa_logits`` (through ``deepgemm_compat``) and ``torch.topk``, and SGLang's Triton
+``sparse_mla_prefill`` kernel is called directly. The pool through SGLang's backend is
+``bench_shared_kv_vs_upstream.py``.
 
 For each case (8 requests x (64K shared prefix + 2K new), 1 request x 64K, 1 x 128K; the single
 requests are prefilled whole, no prefix) it times, with CUDA events (p20/p50/p80):
@@ -10,18 +20,23 @@ requests are prefilled whole, no prefix) it times, with CUDA events (p20/p50/p80
   layers without a sync, per layer);
 - **indexer** (both paths): DeepGEMM fp8 ``mqa_logits`` via ``deepgemm_compat`` + ``torch.topk``;
 - **attention**: SGLang's Triton ``sparse_mla_prefill`` over (a) the cpkv scratch and (b) the
-  whole pool with pool locations (SGLang's full replica: nothing materialised);
+  whole pool with pool locations (a full replica: nothing materialised);
 - the whole layer on each path, eager and (where it captures) in a CUDA graph.
 
+The page's table (``--md``) shows no CUDA-graph time: SGLang runs prefill eager under KV sharding
+(``handle_kv_cache_sharding`` turns prefill CUDA graphs off); the replays stay in the JSON.
 Headline: the cpkv path's share of layer time, ``(cpkv ops + plan / 78) / layer``. Both paths'
 attention outputs must be bitwise equal (same rows, same order), and the cpkv scratch and remapped
 indices must equal the torch definition's; the record says so per case.
 
     python3 packages/sglang-integration/benchmarks/bench_shared_kv_layer.py --out DIR
     python3 packages/sglang-integration/benchmarks/bench_shared_kv_layer.py --dry --out DIR
+    uv run --frozen python packages/sglang-integration/benchmarks/bench_shared_kv_layer.py \\
+        --render --out docs/benchmarks --md docs/benchmarks/shared-kv-layer.md
 
 ``--dry`` (CPU): toy sizes, imports and signatures of the real kernels checked, the GPU kernels
 replaced by float32 torch stand-ins (so the pipeline, shapes, parity checks and writers run).
+``--render`` (CPU): the PNG and ``--md``'s table from ``--out``'s JSON, measuring nothing.
 Writes ``shared-kv-layer.json`` and ``shared-kv-layer.png`` under ``--out`` and prints a table.
 The record, table and plot are benchkit's (``{"benchmark", "rows"}`` JSON: every timed row with
 the environment, then one ``phase="summary"`` row per case); the timers stay in ``_layer_io.py``.
@@ -74,6 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-layer-graph", action="store_true", help="skip capturing the whole layer in a graph"
     )
     ap.add_argument("--dry", action="store_true", help="CPU: toy sizes, torch stand-ins")
+    ap.add_argument("--md", type=Path, help="page whose generated table is rewritten")
+    ap.add_argument(
+        "--render", action="store_true", help="PNG and --md from --out's JSON, no measuring"
+    )
     return ap.parse_args(argv)
 
 
@@ -332,6 +351,57 @@ def write_outputs(rows: list[Row], summaries: dict[str, dict], out: Path, env: d
         for c, s in summaries.items()
     ]  # fmt: skip
     benchkit.write_record(out / "shared-kv-layer.json", "shared-kv-layer", record)
+    write_png(rows, summaries, out, env)
+
+
+def read_record(path: Path) -> tuple[list[Row], dict[str, dict], dict]:
+    """A record of this benchmark as rows, per-case summaries and the last row's environment."""
+    records = benchkit.read_rows(path)
+    if not records:
+        raise SystemExit(f"--render: no rows in {path}; run the benchmark, or point --out at it")
+    fields = Row.__dataclass_fields__
+    rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in records
+            if r["phase"] != "summary"]  # fmt: skip
+    summaries = {r["case"]: r["meta"] for r in records if r["phase"] == "summary"}
+    env = {k: v for k, v in records[-1].items() if k not in fields}
+    return rows, summaries, env
+
+
+def headline_table(summaries: dict[str, dict]) -> str:
+    """Per case: the ``LayerStep`` path's share of the layer, its plan and per-layer costs, eager
+    only (no CUDA-graph column: see the module docstring)."""
+
+    def us(v: object) -> str:
+        return "n/a" if not isinstance(v, float) else f"{v:.1f} us"
+
+    def ms(v: object) -> str:
+        return "n/a" if not isinstance(v, float) else f"{v / 1e3:.2f}"
+
+    def pct(v: object) -> str:
+        return "n/a" if not isinstance(v, float) else f"{100 * v:.2f}%"
+
+    body = [
+        [case, pct(s.get("share")), us(s.get("plan_us")),
+         us(s.get("host_us_per_layer")), us(s.get("cpkv_ops_us")),
+         f"{ms(s.get('layer_cpkv_us'))} / {ms(s.get('layer_replica_us'))} ms"]
+        for case, s in summaries.items()
+    ]  # fmt: skip
+    head = [
+        "case", f"LayerStep share of the layer (goal <= {100 * GOALS['share']:.0f}%)",
+        f"plan, host with its sync (goal <= {GOALS['plan_us']:.0f} us)",
+        f"LayerStep host per layer (goal <= {GOALS['host_us_per_layer']:.0f} us)",
+        "LayerStep on the GPU, eager", "layer LayerStep / replica, eager",
+    ]  # fmt: skip
+    return benchkit.markdown_table(head, body, align="lrrrrr")
+
+
+def sections(summaries: dict[str, dict], env: dict) -> dict[str, str]:
+    """The page's one generated table, keyed by the device the record was measured on."""
+    return {f"shared-kv-layer {benchkit.device_label(env)}": headline_table(summaries)}
+
+
+def write_png(rows: list[Row], summaries: dict[str, dict], out: Path, env: dict) -> None:
+    """The plot: each path's phases per case, eager (CUDA events; on --dry the CPU wall clock)."""
 
     def ms(case: str, phase: str, path: str, **meta: object) -> float:
         path = "both" if phase == "indexer" else path
@@ -346,17 +416,20 @@ def write_outputs(rows: list[Row], summaries: dict[str, dict], out: Path, env: d
     }
     ylabel = "ms (CPU wall, toy sizes)" if env.get("dry") else "ms per layer (CUDA events, p50)"
     cases = list(summaries)
+    label = {"cpkv": "LayerStep", "replica": "replica"}
     lines = [
-        benchkit.Line(f"{path}: {phase}", list(range(len(cases))), values)
+        benchkit.Line(f"{label[path]}: {phase}", list(range(len(cases))), values)
         for path, phases in stacks.items()
         for phase, values in phases.items()
     ]
     for path, phases in stacks.items():  # the stack's top: the path's whole layer
         total = [sum(v) for v in zip(*phases.values(), strict=True)]
-        lines.append(benchkit.Line(f"{path}: sum", list(range(len(cases))), total, linestyle="--"))
+        lines.append(
+            benchkit.Line(f"{label[path]}: sum", list(range(len(cases))), total, linestyle="--")
+        )
     panel = benchkit.Panel(
-        "one DSA layer: cpkv materialised scratch vs SGLang full replica", "case", ylabel, lines,
-        xticks=cases,
+        "one DSA layer, eager: cpkv_runtime's LayerStep vs a full replica", "case", ylabel,
+        lines, xticks=cases,
     )  # fmt: skip
     benchkit.write_png(out / "shared-kv-layer.png", benchkit.Figure([panel]))
 
@@ -393,6 +466,13 @@ def _fmt(v: object) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
+    if args.render:
+        rows, summaries, env = read_record(args.out / "shared-kv-layer.json")
+        write_png(rows, summaries, args.out, env)
+        if args.md:
+            benchkit.write_sections(args.md, sections(summaries, env))
+        print(f"rendered {args.out / 'shared-kv-layer.png'}" + f" and {args.md}" * bool(args.md))
+        return summaries
     command = shlex.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
     env = {**capture_env(command), "dry": args.dry}
     if args.dry:
@@ -423,6 +503,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             write_outputs(rows, summaries, args.out, env)
             print(f"done {case} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     write_outputs(rows, summaries, args.out, env)
+    if args.md:
+        benchkit.write_sections(args.md, sections(summaries, env))
     print_report(rows, summaries, args.out, env)
     return summaries
 

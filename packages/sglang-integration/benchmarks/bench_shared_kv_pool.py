@@ -1,34 +1,48 @@
-"""The shared-KV pool's per-forward plan and per-layer step on one GPU, beside the replicated path.
+"""cpkv's shared-KV ops on one GPU, outside SGLang: the pool's plan and per-layer packs.
+
+What runs, and what does not: ``plan_forward`` (the function ``CpkvSharedKVPool`` plans each
+forward with: the ``shard_plan`` op, its one host read, the host's checks) and the pool's packs
+(``shared_kv.pack_launcher``: the backend's bare ``materialize`` launcher, resolved once, as the
+pool calls it) on a ``req_to_token`` the benchmark builds (``_skv_shapes.place``). Neither
+SGLang's ``DeepseekSparseAttnBackend`` nor ``CpkvSharedKVPool`` is constructed, and no SGLang
+code runs: the all-gather is a device copy of the same bytes (one GPU has no peers), SGLang's
+stores (its fused quantise-and-store kernel) are ``index_copy_`` of raw rows, and SGLang's packs
+are restated here as ``index_select`` of the send rows. The comparison through SGLang's backend,
+against SGLang's own sharded pool, is ``bench_shared_kv_vs_upstream.py``.
 
 Per case (B requests sharing a prefix, E new tokens each, one rank of CP 8, page 64, packed fp8
 latent rows of 656 B and indexer pages of 8,448 B):
 
-- ``plan``: host wall time of one forward's plan as the pool runs it (``plan_forward`` from
-  SGLang's ``req_to_token``: the ``shard_plan`` op, the one host read of 3 + N numbers, the
-  checks, with the op resolved once as the pool does): the call (what the forward
-  waits for; the GPU work it enqueues after its read runs on) and the call plus a wait for that
-  work; on the torch reference ops, and ``cpkv_runtime.plan_layout`` (the definition, several
-  host syncs, from the request pages), each until the GPU is done;
+- ``plan``: host wall time of one forward's plan (``plan_forward`` from the ``req_to_token``:
+  the ``shard_plan`` op, the one host read of 3 + N numbers, the checks, with the op resolved
+  once as the pool does): the call (what the forward waits for; the GPU work it enqueues after
+  its read runs on) and the call plus a wait for that work; on the torch reference ops, and
+  ``cpkv_runtime.plan_layout`` (the definition, several host syncs, from the request pages),
+  each until the GPU is done;
 - ``plan-part``: each part of the plan alone (host enqueue, and device time with the host's
   launch gaps hidden behind a sleeping stream), and the same three parts timed inside one call
   (where the read also waits for the op's kernels);
-- ``layer``: one layer of ``CpkvSharedKVPool`` on this rank: pack the owned pages
-  (``shared_kv.pack_launcher``: the backend's bare ``materialize`` launcher, resolved once, as
-  the pool does) for the latent and indexer buffers, the peers' blocks (one device copy
-  standing in for the all-gather), two stores of the current rows at precomputed rows; eager
-  (CUDA events), host (enqueue cost per layer, no wait) and CUDA-graph replay; and the host
-  cost of each of those operations alone (``layer-op`` rows), to say where the host time goes;
-- ``replicated``: what SGLang's default CP path does to the pool per layer: one store of the
-  current rows (every rank keeps every page, nothing to gather).
+- ``layer``: the per-layer step on this rank: the two packs of the owned pages (latent and
+  indexer buffers), the device copy standing in for the all-gather, two ``index_copy_`` stores
+  of the current rows at precomputed rows; eager (CUDA events) and host (enqueue cost per layer,
+  no wait); and the host cost of each of those operations alone (``layer-op`` rows), to say
+  where the host time goes. No CUDA-graph replay: SGLang runs prefill eager under KV sharding
+  (``handle_kv_cache_sharding`` turns prefill CUDA graphs off);
+- ``replicated``: one ``index_copy_`` store of the current rows, standing in for what SGLang's
+  default CP path does to the pool per layer (every rank keeps every page, nothing to gather).
 
 Prints one table and the headline (plan goal <= 100 us, host <= 30 us per layer), writes
-``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out`` through benchkit. Needs CUDA.
-The rows merge into ``--merge`` (default: the committed record) through benchkit: a row not
-measured again is kept as recorded, with its own date and command, so ``--parts plan`` (the plan
-alone, about a tenth of the run) keeps the per-layer rows of an earlier run.
+``shared-kv-pool.json`` and ``shared-kv-pool.png`` under ``--out`` through benchkit, and with
+``--md`` the tables of that page (``_pool_report``). Needs CUDA, except ``--render``, which
+redraws the PNG and ``--md``'s tables from the ``--merge`` record without measuring. The rows
+merge into ``--merge`` (default: the committed record) through benchkit: a row not measured again
+is kept as recorded, with its own date and command, so ``--parts plan`` (the plan alone, about a
+tenth of the run) keeps the per-layer rows of an earlier run.
 
-    PYTHONPATH=$(printf '%s:' packages/*/src tools/benchkit/src) \
+    PYTHONPATH=$(printf '%s:' packages/*/src tools/benchkit/src) \\
         python3 packages/sglang-integration/benchmarks/bench_shared_kv_pool.py --out OUT
+    uv run --frozen python packages/sglang-integration/benchmarks/bench_shared_kv_pool.py \\
+        --render --md docs/benchmarks/shared-kv-pool.md
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "packages" / "sglang-integration" / "tests"))
 
+import _pool_report as report  # noqa: E402
 import benchkit  # noqa: E402
 import cpkv_runtime as cr  # noqa: E402
 from _layer_io import (  # noqa: E402
@@ -51,7 +66,6 @@ from _layer_io import (  # noqa: E402
     Times,
     capture_env,
     cuda_event_times,
-    cuda_graph_times,
     wall_times,
 )
 from _skv_shapes import P, Req, place  # noqa: E402
@@ -64,15 +78,12 @@ from sglang_cpkv.plugin.shared_kv import (  # noqa: E402
     shard_ops,
 )
 
-GOALS = {"plan_us": 100.0, "host_us_per_layer": 30.0}
-PACKS = "cpkv ops per layer (both packs)"
+GOALS, PACKS, CASES = report.GOALS, report.PACKS, report.CASES
 PARTS = {"plan": ("plan", "plan-part"), "layer": ("layer", "layer-op")}
 #: what names one measurement of this benchmark (benchkit.merge_rows adds the device)
 KEY = ("case", "phase", "path", "mode", "meta")
 N, RANK = 8, 3
 LATENT, INDEX = 656, 8448
-CASES = {"8x65536+2048": (8, 65536, 2048), "8x16384+2048": (8, 16384, 2048),
-         "4x32768+4096": (4, 32768, 4096), "1x65536+2048": (1, 65536, 2048)}  # fmt: skip
 
 
 def _setup(requests: int, prefix: int, extend: int):
@@ -246,7 +257,7 @@ def bench_case(
 
     ops_alone = {
         PACKS: packs,
-        "upstream packs (index_select, latent + index)": upstream_packs,
+        report.UPSTREAM_PACKS: upstream_packs,
         "copy (all-gather stand-in)": lambda: scratch[: N * block].copy_(peers),
         "pack latent": lambda: pack(pool, plan.placement.send_pages, send),
         "pack index": lambda: pack(index_pool, plan.placement.send_pages, index_send),
@@ -264,7 +275,6 @@ def bench_case(
                 "bytes_moved": moved if path == "cpkv" else 0}  # fmt: skip
         rows.append(Row.timed(name, "layer", path, "eager", cuda_event_times(fn), **meta))
         rows.append(Row.timed(name, "layer", path, "host", wall_times(fn, sync=False), **meta))
-        rows.append(Row.timed(name, "layer", path, "graph", cuda_graph_times(fn), **meta))
     return rows
 
 
@@ -297,7 +307,7 @@ def summaries(rows: list[Row], backend: str) -> dict[str, dict[str, object]]:
     """Per case: the pool's plan and the per-layer host cost on ``backend``, against the goals."""
     out = {}
     for case in dict.fromkeys(r.case for r in rows):
-        plan = _p50(rows, case, "plan", "host", variant="plan_forward (pool, 1 host read)")
+        plan = _p50(rows, case, "plan", "host", variant=report.PLAN)
         host = _p50(rows, case, "layer-op", "host", variant=PACKS)
         step = _p50(rows, case, "layer", "host", backend=backend)
         out[case] = {
@@ -324,9 +334,20 @@ def main() -> None:
     ap.add_argument("--merge", type=Path, default=ROOT / "docs/benchmarks/shared-kv-pool.json",
                     help="JSON whose rows not measured again are kept (default: the committed "
                          "record)")  # fmt: skip
+    ap.add_argument("--md", type=Path, help="page whose generated tables are rewritten")
+    ap.add_argument("--render", action="store_true",
+                    help="redraw the PNG under --out and --md's tables from --merge's rows, "
+                         "measuring nothing (no GPU needed)")  # fmt: skip
     a = ap.parse_args()
+    if a.render:
+        recorded = benchkit.read_rows(a.merge)
+        if not recorded:
+            sys.exit(f"--render: no rows in {a.merge}; run the benchmark, or --merge its JSON")
+        publish(recorded, a.out, a.md, write_json=False)
+        return
     if not torch.cuda.is_available():
-        sys.exit("bench_shared_kv_pool needs a CUDA device (the layer path is timed on the GPU)")
+        sys.exit("bench_shared_kv_pool needs a CUDA device (the layer path is timed on the GPU); "
+                 "--render redraws the record without one")  # fmt: skip
     found = cr.available_backends()
     backends = [b for b in ("torch", "triton", "cuda") if b in found and found[b].available]
     parts = tuple(a.parts)
@@ -352,35 +373,29 @@ def main() -> None:
         met = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in s["goals_met"].items())
         print(f"HEADLINE {case}: plan_forward {s['plan_us']:.1f} us (goal <= "
               f"{GOALS['plan_us']:.0f}), cpkv ops {s['host_us_per_layer']:.1f} us/layer host "
-              f"(goal <= {GOALS['host_us_per_layer']:.0f}; the whole step with SGLang's stores "
-              f"and the gather stand-in {s['step_host_us']:.1f} us on {best}): {met}")  # fmt: skip
+              f"(goal <= {GOALS['host_us_per_layer']:.0f}; the whole step with index_copy_ "
+              f"stores and the gather's device-copy stand-in {s['step_host_us']:.1f} us on "
+              f"{best}): {met}")  # fmt: skip
     record = merged + [
         {"case": c, "phase": "summary", "path": "-", "mode": "summary", "meta": s, **env}
         for c, s in summary.items()
     ]
-    a.out.mkdir(parents=True, exist_ok=True)
-    benchkit.write_record(a.out / "shared-kv-pool.json", "shared-kv-pool", record)
-    cases = list(summary)
-    lines = [
-        benchkit.Line(f"{provider} (graph replay)", list(range(len(cases))),
-                      [_p50(rows, c, "layer", "graph", backend=provider) or 0 for c in cases])
-        for provider in [*backends, "replicated"]
-    ]  # fmt: skip
-    panel = benchkit.Panel(
-        "shared-KV per-layer step vs replicated store, one CP-8 rank", "case", "us per layer",
-        lines, xticks=cases,
-    )  # fmt: skip
-    variants = ["plan_forward (pool, 1 host read)", "plan_forward until its GPU work is done",
-                "plan_forward on the torch reference ops", "plan_layout (definition)"]  # fmt: skip
-    plan_panel = benchkit.Panel(
-        "per-forward plan, host wall time (goal <= 100 us)", "case", "us per forward",
-        [benchkit.Line(v, list(range(len(cases))),
-                       [_p50(rows, c, "plan", "host", variant=v) or 0 for c in cases])
-         for v in variants],
-        hlines=[benchkit.HLine(GOALS["plan_us"], "goal 100 us")], yscale="log", xticks=cases,
-    )  # fmt: skip
-    benchkit.write_png(a.out / "shared-kv-pool.png", benchkit.Figure([plan_panel, panel]))
-    print(f"wrote {a.out / 'shared-kv-pool.json'} and {a.out / 'shared-kv-pool.png'}")
+    publish(record, a.out, a.md, write_json=True)
+
+
+def publish(record: list[dict], out: Path, md: Path | None, *, write_json: bool) -> None:
+    """Write the record (unless ``write_json`` is off), its PNG and ``md``'s tables."""
+    out.mkdir(parents=True, exist_ok=True)
+    wrote = []
+    if write_json:
+        wrote.append(out / f"{report.NAME}.json")
+        benchkit.write_record(wrote[-1], report.NAME, record)
+    wrote.append(out / f"{report.NAME}.png")
+    benchkit.write_png(wrote[-1], report.figure(record))
+    if md is not None:
+        benchkit.write_sections(md, report.sections(record))
+        wrote.append(md)
+    print("wrote " + ", ".join(map(str, wrote)))
 
 
 if __name__ == "__main__":

@@ -233,34 +233,34 @@ def _layer_inputs(dep: Any, rows: list, fb: Any, heads: int) -> dict:
     }
 
 
-def _tables(fb: Any, req_to_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(page table, sequence lengths) of this rank's kept requests, as ``init_forward_metadata``
-    slices them (``page_table[bs_idx]``); the pool-level measurement reads through these."""
+def _tables(fb: Any, req_to_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """(page table, sequence lengths, the same on the host) of this rank's kept requests, as
+    ``init_forward_metadata`` slices them (``page_table[bs_idx]``); the pool-level measurement
+    reads through these (host lengths from the host, as the indexer takes them: no sync)."""
     from sglang.srt.layers.attention.dsa.utils import can_dsa_prefill_cp_interleave
     from sglang.srt.layers.cp.base import get_cp_strategy
 
     width = int(fb.seq_lens_cpu.max())
     table = req_to_token[fb.req_pool_indices.long(), :width]
-    seq = fb.seq_lens
+    seq, seq_cpu = fb.seq_lens, fb.seq_lens_cpu
     if can_dsa_prefill_cp_interleave(fb):
-        _, _, _, bs_idx = get_cp_strategy().shard_per_request(
+        _, _, bs_idx_cpu, bs_idx = get_cp_strategy().shard_per_request(
             fb.extend_seq_lens_cpu, fb.extend_seq_lens
         )
-        table, seq = table[bs_idx], seq[bs_idx]
-    return table, seq
+        table, seq, seq_cpu = table[bs_idx], seq[bs_idx], seq_cpu[bs_idx_cpu]
+    return table, seq, [int(n) for n in seq_cpu]
 
 
-def _pool_layer(
-    pool: Any, layer: Any, fb: Any, table: torch.Tensor, seq: torch.Tensor, x: dict, dep: Any
-) -> None:
+def _pool_layer(pool: Any, layer: Any, fb: Any, tables: tuple, x: dict, dep: Any) -> None:
     """The pool calls of one DSA layer, in the backend's order: the indexer's key store and page
     read, the latent store and the key-buffer read (which waits for this layer's gather and kicks
     the next one on a sharded pool)."""
     loc, lid = fb.out_cache_loc, layer.layer_id
+    table, seq, seq_cpu = tables
     k_fp8, k_scale = dep.act_quant(x["key"].contiguous())
     pool.set_index_k_scale_buffer(lid, loc, k_fp8, k_scale)
     pages = torch.div(table[:, ::P], P, rounding_mode="floor")
-    pool.get_index_k_scale_buffer(lid, seq, pages, int(seq.sum()), int(seq.max()))
+    pool.get_index_k_scale_buffer(lid, seq, pages, sum(seq_cpu), max(seq_cpu))
     pool.set_mla_kv_buffer(layer, loc, x["kv"][:, None, :512], x["kv"][:, None, 512:])
     pool.get_key_buffer(lid)
 
@@ -374,7 +374,7 @@ class PoolRun:
         self.fb = rank_mod.forward_batch(rows, r2t.req_to_token, self.device)
         prepare_cp_forward(self.fb)
         self.x = _layer_inputs(dep, rows, self.fb, layers[0].tp_q_head_num)
-        self.table, self.seq = _tables(self.fb, r2t.req_to_token)
+        self.tables = _tables(self.fb, r2t.req_to_token)
 
     def capacity(self) -> dict:
         """Resident bytes per token (from the pool's buffers), scratch, tokens for the budget."""
@@ -400,7 +400,7 @@ class PoolRun:
         }
 
     def _pool_layer(self) -> None:
-        _pool_layer(self.pool, self.layers[0], self.fb, self.table, self.seq, self.x, self.dep)
+        _pool_layer(self.pool, self.layers[0], self.fb, self.tables, self.x, self.dep)
 
     def plan(self) -> dict:
         """The forward's plan (``prepare_kv_shard_forward``, as ``init_forward_metadata`` runs
@@ -513,20 +513,21 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
         if len(pts) < 2:
             continue
         serial = hidden = 0.0
+        done, curve = [0], [0.0]
         for start in range(0, prompt, chunk):
             # linear in the prefix between the two nearest measured points
             lo = max((p for p in pts if p[0] <= start), default=pts[0], key=lambda p: p[0])
             hi = min((p for p in pts if p[0] >= start), default=pts[-1], key=lambda p: p[0])
             f = 0.0 if hi[0] == lo[0] else (start - lo[0]) / (hi[0] - lo[0])
-            layer = lo[1]["layer_ms"] + f * (hi[1]["layer_ms"] - lo[1]["layer_ms"])
-            gather = lo[1]["gather_ms_model"] + f * (
-                hi[1]["gather_ms_model"] - lo[1]["gather_ms_model"]
-            )
-            plan = (
-                lo[1]["plan_host_us"] + f * (hi[1]["plan_host_us"] - lo[1]["plan_host_us"])
-            ) / 1e3
-            serial += plan + LAYERS_GLM * (layer + gather)
-            hidden += plan + LAYERS_GLM * max(layer, gather)
+
+            def at(key: str, lo=lo, hi=hi, f=f) -> float:
+                return lo[1][key] + f * (hi[1][key] - lo[1][key])
+
+            plan = at("plan_host_us") / 1e3
+            serial += plan + LAYERS_GLM * (at("layer_ms") + at("gather_ms_model"))
+            hidden += plan + LAYERS_GLM * max(at("layer_ms"), at("gather_ms_model"))
+            done.append(start + chunk)
+            curve.append(serial)
         base = pts[0][1]
         out.append(
             {
@@ -542,6 +543,8 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
                 "pool": pool,
                 "ttft_ms_gather_serial": serial,
                 "ttft_ms_gather_hidden": hidden,
+                "tokens_done": done,
+                "cumulative_ms_serial": curve,
                 "chunk": chunk,
                 "nvlink_gbps": base.get("nvlink_gbps"),
             }
@@ -645,11 +648,14 @@ def figure(rows: list[dict]):
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     if ttft:
         lines = [
-            benchkit.Line(f"{r['pool']} ({k.split('_')[-1]})", [0, 1], [0, r[k]], marker="o")
-            for r in ttft
-            for k in ("ttft_ms_gather_serial", "ttft_ms_gather_hidden")
-        ]
-        panels.append(benchkit.Panel("TTFT model, 128K prompt, CP 8, 78 layers", "", "ms", lines))
+            benchkit.Line(r["pool"], [t / 1024 for t in r["tokens_done"]],
+                          [ms / 1e3 for ms in r["cumulative_ms_serial"]])
+            for r in ttft if "tokens_done" in r
+        ]  # fmt: skip
+        panels.append(
+            benchkit.Panel("TTFT model (78 DSA attention layers, CP 8; gather at the NVLink "
+                           "model, serial)", "prompt tokens prefilled (K)", "s", lines)
+        )  # fmt: skip
     return benchkit.Figure(
         panels, title="shared KV vs SGLang's sharded pool vs the replica", ncols=2
     )

@@ -140,6 +140,7 @@ def stub_missing_packages() -> list[str]:
         package.__path__ = []
         package.__spec__ = importlib.machinery.ModuleSpec("IPython", None, is_package=True)
         package.display, package.get_ipython = display, (lambda: None)
+        package.version_info = (0, 0, 0)  # matplotlib reads it, then get_ipython() (None)
         sys.modules.update({"IPython": package, "IPython.display": display})
         added += ["IPython", "IPython.display"]
     return added
@@ -318,7 +319,8 @@ def no_rope_module() -> Iterator[None]:
 
 
 class LogitsCalls:
-    """The indexer's MQA-logits calls: ``(k_fp8, k_scale, logits)`` of each, as computed.
+    """The indexer's MQA-logits calls: ``(k_fp8, k_scale, logits)`` of each, as computed (the
+    logits inside each row's ``[ks, ke)`` window, the only part the top-k reads).
 
     Wraps whatever ``resolve_fp8_mqa_logits_fn()`` returns (SGLang's torch fallback on a CPU,
     DeepGEMM on the GPU); the keys it receives are the rows the indexer read from the pool.
@@ -337,8 +339,12 @@ class LogitsCalls:
         def logits(q, kv, weights, ks, ke, clean_logits=False, **kw):
             q = q.as_subclass(torch.Tensor)
             out = real(q, kv, weights, ks, ke, clean_logits=clean_logits, **kw)
+            # The indexer asks for clean_logits=False: outside each row's [ks, ke) DeepGEMM
+            # leaves whatever the buffer held (the top-k transform never reads it). Kept as 0.
+            cols = torch.arange(out.shape[1], device=out.device)[None, :]
+            valid = (cols >= ks[:, None]) & (cols < ke[:, None])
             self.calls.append((kv[0].view(torch.uint8).cpu().clone(), kv[1].cpu().clone(),
-                               out.cpu().clone()))  # fmt: skip
+                               torch.where(valid, out, 0.0).cpu()))  # fmt: skip
             return out
 
         dsa_indexer.resolve_fp8_mqa_logits_fn = lambda: logits

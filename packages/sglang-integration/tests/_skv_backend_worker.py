@@ -37,11 +37,14 @@ FIXTURE = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
 SM90 = (9, 0)
 
 
-def _coordinator(groups: list[list[int]], rank: int, name: str):
+def _coordinator(groups: list[list[int]], rank: int, name: str, device: torch.device):
+    """SGLang's coordinator of one CP group over gloo; ``local_rank`` names the device (every
+    rank on GPU 0 under ``--device cuda``)."""
     from sglang.srt.distributed.parallel_state import GroupCoordinator
 
+    local = 0 if device.type == "cuda" else rank
     return GroupCoordinator(
-        group_ranks=groups, local_rank=rank, torch_distributed_backend="gloo",
+        group_ranks=groups, local_rank=local, torch_distributed_backend="gloo",
         use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
         use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
         use_xpu_communicator=False, group_name=name,
@@ -167,8 +170,11 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
         hooks = activate()
         result["hooks"] = list(hooks)
         result["seconds"]["start"] = round(time.monotonic() - t0, 1)
-        groups = {cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank,
-                                   f"cpkv_backend_cp{cp}") for cp in opts["cps"]}  # fmt: skip
+        groups = {
+            cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank,
+                             f"cpkv_backend_cp{cp}", device)
+            for cp in opts["cps"]
+        }  # fmt: skip
         configs = [c for c in cases.CONFIGS if not opts["configs"] or c.name in opts["configs"]]
         with pytest.MonkeyPatch.context() as mp, stand_ins.installed(mp, device) as calls:
             result["originals_replaced"] = stand_ins.check_originals()

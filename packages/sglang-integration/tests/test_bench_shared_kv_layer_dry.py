@@ -115,3 +115,17 @@ def test_ipython_stand_in_only_for_the_import(monkeypatch):
 
     plt.switch_backend("agg")
     plt.close(plt.figure())
+
+
+def test_render_redraws_the_table_from_the_record_without_graph_times(bench, tmp_path):
+    bench.main(["--dry", "--out", str(tmp_path)])
+    page = tmp_path / "page.md"
+    page.write_text("# prose kept\n")
+    (tmp_path / "shared-kv-layer.png").unlink()
+    bench.main(["--render", "--out", str(tmp_path), "--md", str(page)])
+    text = page.read_text()
+    assert text.startswith("# prose kept\n")
+    assert "<!-- shared-kv-layer cpu:begin -->" in text and "LayerStep share of the layer" in text
+    # SGLang runs prefill eager under KV sharding: the graph rows stay in the JSON, unshown
+    assert "graph" not in text.lower()
+    assert (tmp_path / "shared-kv-layer.png").stat().st_size > 0

@@ -1,4 +1,7 @@
-"""cpkv's sharded DSA pool inside SGLang 0.5.23, on CPU under gloo at CP 4 and CP 2.
+"""cpkv's sharded DSA pool as SGLang 0.5.23 builds it, on CPU under gloo at CP 4 and CP 2.
+
+The pools and ``prepare_kv_shard_forward`` are SGLang's; its attention backend is not run here
+(``test_shared_kv_backend.py`` runs the pool under SGLang's ``DeepseekSparseAttnBackend``).
 
 One subprocess (``_skv_dist_worker.py``, ``TRITON_INTERPRET=1`` so SGLang's Triton bf16 store
 kernel runs on CPU) starts four ranks; each resolves a GLM-5.1 deployment with SGLang for an
