@@ -28,13 +28,7 @@ __global__ void __launch_bounds__(kThreads) build_dense_kernel(BuildDenseArgs a,
   constexpr I kPerBlock = static_cast<I>(kThreads) * kUnroll;
   const I step = static_cast<I>(gridDim.x) * kPerBlock;
   for (I base = static_cast<I>(blockIdx.x) * kPerBlock + threadIdx.x; base < total; base += step) {
-    W v[kUnroll];
-    W* dst[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const I i = base + static_cast<I>(u) * kThreads;
-      dst[u] = nullptr;
-      if (i >= total) continue;
+    copy_words<W, kUnroll>(base, total, [&](I i) -> WordMove<W> {
       const I row = row_words.div(i);
       const I w = i - row * row_words.divisor;
       int64_t s, r;
@@ -47,15 +41,10 @@ __global__ void __launch_bounds__(kThreads) build_dense_kernel(BuildDenseArgs a,
       } else if (p >= 0 && p < a.num_pages) {
         from = a.pool + p * a.pool_stride + r * a.row_bytes;
       }
-      if (from != nullptr) {
-        v[u] = __ldg(reinterpret_cast<const W*>(from) + w);
-        dst[u] = reinterpret_cast<W*>(a.dense + s * a.dense_stride + r * a.row_bytes) + w;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (dst[u] != nullptr) *dst[u] = v[u];
-    }
+      if (from == nullptr) return {nullptr, nullptr};
+      return {reinterpret_cast<const W*>(from) + w,
+              reinterpret_cast<W*>(a.dense + s * a.dense_stride + r * a.row_bytes) + w};
+    });
   }
 }
 

@@ -1,5 +1,5 @@
-// Shared device helpers for the cpkv kernels: vector types for opaque-byte copies and a fast
-// division by a run-time constant. Plain CUDA, no torch headers: binding.cpp owns the torch side.
+// Shared device helpers for the cpkv kernels: vector types and the unrolled word copy for
+// opaque-byte copies, and a fast division by a run-time constant. Plain CUDA, no torch headers: binding.cpp owns the torch side.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +37,39 @@ template <>
 struct Word<1> {
   using T = uint8_t;
 };
+
+// Where one word of a flattened copy comes from and goes to; `to == nullptr` skips the word.
+template <typename W>
+struct WordMove {
+  const W* from;
+  W* to;
+};
+
+// One thread's share of a copy flattened over words: words base, base + kThreads, ... (U of
+// them, those below total). Every load is issued before any store, so U independent loads are in
+// flight per thread. locate(i) names word i's source and destination; the three copy kernels
+// (materialize, build_dense, fill_current) differ only in it.
+template <typename W, int U, typename I, typename Locate>
+__device__ __forceinline__ void copy_words(I base, I total, Locate&& locate) {
+  W v[U];
+  W* dst[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const I i = base + static_cast<I>(u) * kThreads;
+    dst[u] = nullptr;
+    if (i < total) {
+      const WordMove<W> m = locate(i);
+      if (m.to != nullptr) {
+        v[u] = __ldg(m.from);
+        dst[u] = m.to;
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (dst[u] != nullptr) *dst[u] = v[u];
+  }
+}
 
 // Unsigned division by a run-time constant via multiply-high and shift (Granlund–Montgomery, the
 // scheme of CUTLASS's FastDivmod). Exact for dividends < 2^31; the host picks Div64 beyond that.

@@ -46,26 +46,14 @@ __global__ void __launch_bounds__(kThreads) fill_current_kernel(FillCurrentArgs 
   const uint32_t total = static_cast<uint32_t>(n) * row_words.divisor;
   const char* src = a.src + t0 * a.src_stride;
   for (uint32_t base = threadIdx.x; base < total; base += kThreads * U) {
-    W v[U];
-    int64_t dst[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint32_t i = base + static_cast<uint32_t>(u) * kThreads;
-      dst[u] = -1;
-      if (i < total) {
-        const uint32_t t = row_words.div(i);
-        const uint32_t w = i - t * row_words.divisor;
-        const int64_t off = dst_off[t];
-        if (off >= 0) {
-          v[u] = __ldg(reinterpret_cast<const W*>(src + t * a.src_stride) + w);
-          dst[u] = off + static_cast<int64_t>(w) * sizeof(W);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (dst[u] >= 0) *reinterpret_cast<W*>(a.dense + dst[u]) = v[u];
-    }
+    copy_words<W, U>(base, total, [&](uint32_t i) -> WordMove<W> {
+      const uint32_t t = row_words.div(i);
+      const uint32_t w = i - t * row_words.divisor;
+      const int64_t off = dst_off[t];
+      if (off < 0) return {nullptr, nullptr};
+      return {reinterpret_cast<const W*>(src + t * a.src_stride) + w,
+              reinterpret_cast<W*>(a.dense + off) + w};
+    });
   }
 }
 

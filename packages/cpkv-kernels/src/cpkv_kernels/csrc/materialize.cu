@@ -15,26 +15,14 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(MaterializeArgs a
   using I = typename Div::index_t;
   const I total = static_cast<I>(a.num_slots) * static_cast<I>(page_words.divisor);
   const I base = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
-  W v[kUnroll];
-  W* dst[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const I i = base + static_cast<I>(u) * kThreads;
-    dst[u] = nullptr;
-    if (i < total) {
-      const I s = page_words.div(i);
-      const I w = i - s * page_words.divisor;
-      const int64_t p = __ldg(a.slot_page + s);
-      if (p >= 0 && p < a.num_pages) {
-        v[u] = __ldg(reinterpret_cast<const W*>(a.pool + p * a.pool_stride) + w);
-        dst[u] = reinterpret_cast<W*>(a.dense + static_cast<int64_t>(s) * a.dense_stride) + w;
-      }
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (dst[u] != nullptr) *dst[u] = v[u];
-  }
+  copy_words<W, kUnroll>(base, total, [&](I i) -> WordMove<W> {
+    const I s = page_words.div(i);
+    const I w = i - s * page_words.divisor;
+    const int64_t p = __ldg(a.slot_page + s);
+    if (p < 0 || p >= a.num_pages) return {nullptr, nullptr};
+    return {reinterpret_cast<const W*>(a.pool + p * a.pool_stride) + w,
+            reinterpret_cast<W*>(a.dense + static_cast<int64_t>(s) * a.dense_stride) + w};
+  });
 }
 
 template <int BYTES>
