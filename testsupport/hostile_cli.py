@@ -244,7 +244,10 @@ def run_into_closed_pipe(
 #: sitecustomize for :func:`run_interrupted_at_import`: a finder that sends this process SIGINT
 #: when $HOSTILE_CTRL_C_AT (or a submodule) is first imported, and notes that it did.
 _CTRL_C_SITE = """
-import importlib.abc, os, signal, sys, threading
+import importlib.abc, os, signal, sys
+# Ctrl-C as a terminal's foreground job has it, even where this process inherited SIGINT ignored
+# (every command of a script's background job does; CI ran a suite that way and this test failed)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 _at, _note = os.environ["HOSTILE_CTRL_C_AT"], os.environ["HOSTILE_CTRL_C_NOTE"]
 class _CtrlC(importlib.abc.MetaPathFinder):
     fired = False
@@ -252,10 +255,7 @@ class _CtrlC(importlib.abc.MetaPathFinder):
         if not _CtrlC.fired and (name == _at or name.startswith(_at + ".")):
             _CtrlC.fired = True
             open(_note, "w").write(name)
-            # to the main thread, not the process: a process-wide SIGINT may land on one of
-            # torch's threads, and the main thread then sees it some bytecodes later, wherever
-            # that is (CI once saw a dry run finish with exit 0)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode
         return None
 sys.meta_path.insert(0, _CtrlC())
 """
@@ -313,13 +313,14 @@ def run_command_into_closed_pipe(
 #: sitecustomize for :func:`run_interrupted_at_parse`: SIGINT to this process when a parser
 #: first parses (inside the command's ``main``, wherever it imports argparse), noted in a file.
 _CTRL_C_AT_PARSE_SITE = """
-import argparse, os, signal, threading
+import argparse, os, signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as above
 _note = os.environ["HOSTILE_CTRL_C_NOTE"]
 _parse = argparse.ArgumentParser.parse_known_args
 def parse_known_args(self, *args, **kwargs):
     if not os.path.exists(_note):
         open(_note, "w").write(self.prog)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # as above
+        os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt at the next bytecode
     return _parse(self, *args, **kwargs)
 argparse.ArgumentParser.parse_known_args = parse_known_args
 """
