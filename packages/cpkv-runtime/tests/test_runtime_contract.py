@@ -99,3 +99,19 @@ def test_schemas_parse(op):
     spec = OP_SPECS[op]
     assert spec.cuda_schema().startswith(f"{op}_cuda(") and spec.params
     assert "SymInt" in spec.triton_schema() or "int " not in spec.schema
+
+
+def test_bind_reads_positional_and_keyword_calls_alike():
+    """Every argument positional (the fast path), some by keyword, the output left out: one
+    binding; an unknown keyword or a surplus argument is a TypeError naming the op."""
+    spec = OP_SPECS["remap_locs"]
+    locs, req_id = torch.zeros((3, 4), dtype=torch.int32), torch.zeros(3, dtype=torch.int32)
+    inverse, out = torch.zeros((1, 4), dtype=torch.int32), torch.empty((3, 4), dtype=torch.int32)
+    whole = spec.bind((locs, req_id, inverse, 4, out), {})
+    mixed = spec.bind((locs, req_id), {"inverse": inverse, "page_size": 4, "out": out})
+    assert [whole[n] for n in spec.params] == [mixed[n] for n in spec.params]
+    assert whole.locs is locs and whole["out"] is out and "out" in whole
+    assert spec.bind((locs, req_id, inverse, 4), {}).out is None
+    for args, kwargs in (((locs, req_id, inverse, 4), {"bogus": 1}), ((*[locs] * 6,), {})):
+        with pytest.raises(TypeError, match="remap_locs"):
+            spec.bind(args, kwargs)
