@@ -62,3 +62,24 @@ def test_each_launcher_takes_the_schemas_arguments(op):
     inspect.signature(launcher).bind(*params)  # takes them all, positionally
     fixed = [p.name for p in inspect.signature(launcher).parameters.values() if p.kind == 1]
     assert list(params[: len(fixed)]) == fixed  # under the schema's names
+
+
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+def test_checked_wrappers_trace_whole_under_torch_compile(impl: str):
+    """Binding, checks, allocation and argument conversion of a checked op trace under
+    ``torch.compile(fullgraph=True)``: on CPU, over a kernel that only fills its output. The GPU
+    suite compiles the real ops under the GPU box's torch (2.11, where an ``Args`` filled through
+    ``__dict__.update`` once failed to trace); this runs the same trace under CI's torch."""
+    from cpkv_kernels._api import _wrap
+
+    def fill_out(locs, req_id, inverse, page_size, out):
+        out.fill_(page_size)
+
+    remap = _wrap(OP_SPECS["remap_locs"], fill_out, impl)
+    locs = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    req_id = torch.zeros(3, dtype=torch.int64)
+    inverse = torch.zeros((1, 4), dtype=torch.int32)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: remap(*a), fullgraph=True, backend="eager")
+    got = compiled(locs, req_id, inverse, 16)
+    assert got.dtype == torch.int32 and got.shape == locs.shape and bool((got == 16).all())

@@ -74,12 +74,12 @@ def _wrap(spec: OpSpec, kernel: Callable[..., Any], impl: str) -> Callable[..., 
     def op(*args: Any, **kwargs: Any) -> Any:
         a = spec.bind(args, kwargs)
         spec.check_args(a, KernelInputError)
-        d = a.__dict__  # the arguments by name (Args keeps them there)
         for name, allocate in allocates:
-            if d[name] is None:
-                d[name] = allocate(a)
-        result = kernel(*[d[n] if c is None else c(d[n], a) for n, c in convert])
-        return d[returned] if returned else result
+            if getattr(a, name) is None:
+                setattr(a, name, allocate(a))
+        # getattr, not a[name]: one builtin call instead of a Python frame per argument
+        result = kernel(*[getattr(a, n) if c is None else c(getattr(a, n), a) for n, c in convert])
+        return getattr(a, returned) if returned else result
 
     op.__name__ = op.__qualname__ = spec.name
     op.__doc__ = f"``{spec.name}{spec.schema}`` on the {impl} kernels (``cpkv_runtime._backend``)."

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,24 +37,23 @@ _ARG = re.compile(r"^(?P<type>[A-Za-z\[\]]+)(?P<alias>\(a!\))?(?P<optional>\?)? 
 class Args:
     """An op's arguments by name, as attributes (``a.kv_pool``) and items (``a["kv_pool"]``).
 
-    Attributes, not a ``dict`` subclass with ``__getattr__``: a check reads a dozen arguments per
-    call, and each such read first failed the normal lookup (about 1 us a read on the eager path).
+    Plain attributes, not a ``dict`` subclass with ``__getattr__``: a check reads a dozen
+    arguments per call, and each such read first failed the normal lookup (about 1 us a read on
+    the eager path). Set one by one with ``setattr``, which Dynamo traces on every torch we run
+    (torch 2.11 cannot trace ``__dict__.update``: the compiled-pipeline tests failed on it).
     """
 
-    def __init__(self, items: Any = (), /, **named: Any) -> None:
-        self.__dict__.update(items, **named)
+    def __init__(self, items: Iterable[tuple[str, Any]] = (), /, **named: Any) -> None:
+        for name, value in items:
+            setattr(self, name, value)
+        for name, value in named.items():
+            setattr(self, name, value)
 
     def __getitem__(self, name: str) -> Any:
-        return self.__dict__[name]
+        return getattr(self, name)
 
     def __setitem__(self, name: str, value: Any) -> None:
-        self.__dict__[name] = value
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.__dict__
-
-    def update(self, items: Mapping[str, Any]) -> None:
-        self.__dict__.update(items)
+        setattr(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -111,14 +110,14 @@ class OpSpec:
             return Args(zip(names, args, strict=True))
         if len(args) > len(names) or not set(kwargs) <= set(names[len(args) :]):
             raise TypeError(f"{self.name}{self.schema}: got {len(args)} arguments and {kwargs}")
-        bound = Args(zip(names, args, strict=False))
+        bound = dict(zip(names, args, strict=False))
         bound.update(kwargs)
         for name in names[len(args) :]:
             if name not in bound:
                 if name not in self.allocates:
                     raise TypeError(f"{self.name}() missing argument {name!r}")
                 bound[name] = None
-        return bound
+        return Args(bound.items())
 
     def check_args(self, a: Args, error: type[LayoutError] = LayoutError) -> None:
         """Run :attr:`check`, raising ``error`` (a :class:`LayoutError`) on bad metadata."""

@@ -56,7 +56,7 @@ def _len(t: torch.Tensor, name: str, n: int, what: str) -> None:
 
 def _index_1d(a: Any, names: tuple[str, ...], n: int, shape: str, what: str) -> None:
     for name in names:
-        x = a[name]
+        x = getattr(a, name)
         _ndim(x, name, (1,), shape)
         _dtype(x, name, _INDEX)
         _len(x, name, n, what)
