@@ -226,29 +226,25 @@ def run_into_closed_pipe(
 ) -> subprocess.CompletedProcess:
     """``python -m module argv...`` with stdout a pipe whose reader closed before the first
     write (so every write fails with EPIPE); stderr captured as text."""
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", module, *argv],
-            stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-            timeout=timeout,
-        )
-    finally:
-        os.close(w)
+    return run_command_into_closed_pipe([sys.executable, "-m", module], *argv, timeout=timeout)
 
+
+#: Both sites' first lines: Ctrl-C as a terminal's foreground job has it, even where this process
+#: inherited SIGINT ignored (every command of a script's background job does; CI ran a suite that
+#: way and the Ctrl-C tests failed), and the file that notes the interrupt was sent.
+_SITE_PREFIX = """
+import os, signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+_note = os.environ["HOSTILE_CTRL_C_NOTE"]
+"""
 
 #: sitecustomize for :func:`run_interrupted_at_import`: a finder that sends this process SIGINT
 #: when $HOSTILE_CTRL_C_AT (or a submodule) is first imported, and notes that it did.
-_CTRL_C_SITE = """
-import importlib.abc, os, signal, sys
-# Ctrl-C as a terminal's foreground job has it, even where this process inherited SIGINT ignored
-# (every command of a script's background job does; CI ran a suite that way and this test failed)
-signal.signal(signal.SIGINT, signal.default_int_handler)
-_at, _note = os.environ["HOSTILE_CTRL_C_AT"], os.environ["HOSTILE_CTRL_C_NOTE"]
+_CTRL_C_SITE = (
+    _SITE_PREFIX
+    + """
+import importlib.abc, sys
+_at = os.environ["HOSTILE_CTRL_C_AT"]
 class _CtrlC(importlib.abc.MetaPathFinder):
     fired = False
     def find_spec(self, name, path=None, target=None):
@@ -259,6 +255,7 @@ class _CtrlC(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, _CtrlC())
 """
+)
 
 
 def run_interrupted_at_import(
@@ -271,26 +268,26 @@ def run_interrupted_at_import(
         (the finished process, stdout and stderr as text; whether the interrupt was sent: False
         means the command never imported ``module``, so the test proves nothing).
     """
-    site = tmp / "ctrl-c-site"
+    command = [str(Path(sys.executable).parent / script)]
+    return _run_with_site(_CTRL_C_SITE, "ctrl-c", [*command, *argv], tmp, timeout,
+                          HOSTILE_CTRL_C_AT=module)  # fmt: skip
+
+
+def _run_with_site(
+    site_source: str, tag: str, command: Sequence[str], tmp: Path, timeout: float, **env: str
+) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run ``command`` with ``site_source`` as its sitecustomize (first on PYTHONPATH) and
+    ``env`` added; whether the site noted that it sent the interrupt."""
+    site = tmp / f"{tag}-site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_CTRL_C_SITE)
-    note = tmp / "ctrl-c-fired"
+    (site / "sitecustomize.py").write_text(site_source)
+    note = tmp / f"{tag}-fired"
     note.unlink(missing_ok=True)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    env = {
-        **os.environ,
-        "PYTHONPATH": path,
-        "HOSTILE_CTRL_C_AT": module,
-        "HOSTILE_CTRL_C_NOTE": str(note),
-    }
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / script), *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=timeout,
-    )
+        command, capture_output=True, text=True, check=False, timeout=timeout,
+        env={**os.environ, **env, "PYTHONPATH": path, "HOSTILE_CTRL_C_NOTE": str(note)},
+    )  # fmt: skip
     print(f"exit={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc, note.exists()
 
@@ -312,10 +309,10 @@ def run_command_into_closed_pipe(
 
 #: sitecustomize for :func:`run_interrupted_at_parse`: SIGINT to this process when a parser
 #: first parses (inside the command's ``main``, wherever it imports argparse), noted in a file.
-_CTRL_C_AT_PARSE_SITE = """
-import argparse, os, signal
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as above
-_note = os.environ["HOSTILE_CTRL_C_NOTE"]
+_CTRL_C_AT_PARSE_SITE = (
+    _SITE_PREFIX
+    + """
+import argparse
 _parse = argparse.ArgumentParser.parse_known_args
 def parse_known_args(self, *args, **kwargs):
     if not os.path.exists(_note):
@@ -324,6 +321,7 @@ def parse_known_args(self, *args, **kwargs):
     return _parse(self, *args, **kwargs)
 argparse.ArgumentParser.parse_known_args = parse_known_args
 """
+)
 
 
 def run_interrupted_at_parse(
@@ -335,16 +333,4 @@ def run_interrupted_at_parse(
         (the finished process, with stdout and stderr as text; whether the interrupt was sent:
         False means the command never parsed, so the test proves nothing).
     """
-    site = tmp / "ctrl-c-parse-site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_CTRL_C_AT_PARSE_SITE)
-    note = tmp / "ctrl-c-parse-fired"
-    note.unlink(missing_ok=True)
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "HOSTILE_CTRL_C_NOTE": str(note)}
-    proc = subprocess.run(
-        [*command, *argv], capture_output=True, text=True, env=env, check=False,
-        timeout=timeout,
-    )  # fmt: skip
-    print(f"exit={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc, note.exists()
+    return _run_with_site(_CTRL_C_AT_PARSE_SITE, "ctrl-c-parse", [*command, *argv], tmp, timeout)
