@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _dsa_stand_ins import SparseMLA, fp8_quantizer, paged_dequantizer
+from _dsa_stand_ins import SparseMLA, _empty_mla_schedule, fp8_quantizer, paged_dequantizer
 
 #: (what is replaced, why, what runs instead, where: "cpu", "gpu" or "both")
 REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
@@ -260,10 +260,6 @@ def _sparse_mla_prefill_stand_in(mla: SparseMLA) -> Callable[..., Any]:
         return mla(q_all, kv_cache, page_table_1, sm_scale, v_head_dim, topk_length=topk_length)[0]
 
     return run
-
-
-def _empty_mla_schedule(cache_seqlens, **_):
-    return torch.empty(0, dtype=torch.int32), torch.zeros(len(cache_seqlens) + 1, dtype=torch.int32)
 
 
 @contextlib.contextmanager

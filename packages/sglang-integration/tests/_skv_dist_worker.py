@@ -18,8 +18,9 @@ store kernels, and an unsharded ``DSATokenToKVPool`` as the full-replica referen
 - ``--backend gloo`` (CPU, ``TRITON_INTERPRET=1`` so SGLang's Triton kernels run on CPU tensors)
   replaces what needs CUDA/NCCL:
 
-  1. ``page_interleave_pool.PyNcclCommunicator`` -> :class:`GlooCommunicator` (same
-     ``all_gather`` and ``change_state`` interface over the shard group's gloo ``cpu_group``);
+  1. ``page_interleave_pool.PyNcclCommunicator`` -> ``_skv_backend_stand_ins.GlooCommunicator``
+     (same ``all_gather`` and ``change_state`` interface over the shard group's gloo
+     ``cpu_group``);
   2. SGLang's fp8 quantizing store kernel (``dsa_quant_k_cache._quantize_k_cache_fast_kernel``)
      -> the torch stand-in of ``_dsa_stand_ins`` (per-128 amax scale, e4m3 cast, RoPE copied;
      SGLang's wrapper and byte layout stay). Under Triton's interpreter the kernel writes other
@@ -38,7 +39,6 @@ every cpkv-validate scenario as SGLang batches it (``_skv_scenarios``). Each ran
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import multiprocessing
@@ -54,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _skv_backend_stand_ins import GlooCommunicator
 from _skv_sglang_rows import sglang_kept_rows
 from _skv_shapes import SHAPES, Batch, P, forced_foreign_page, place
 
@@ -85,20 +86,6 @@ class Options:
     cases: tuple[str, ...] = ("table",)
     only: tuple[str, ...] | None = None
     fp8: str = "subset"
-
-
-class GlooCommunicator:
-    """Stands in for ``PyNcclCommunicator`` on CPU: the pool calls ``all_gather(out, send)`` and
-    ``change_state(enable=True)``; gloo's ``all_gather_into_tensor`` does the same."""
-
-    def __init__(self, group, device, cta_policy=None, **_):
-        self.group = group
-
-    def change_state(self, enable=None, **_):
-        return contextlib.nullcontext()
-
-    def all_gather(self, output_tensor, input_tensor, stream=None, sizes=None):
-        dist.all_gather_into_tensor(output_tensor, input_tensor, group=self.group)
 
 
 def one_communicator_per_group(cls):

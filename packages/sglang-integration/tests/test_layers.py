@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from govctl._graph import strongly_connected
 
 SRC = Path(__file__).parents[1] / "src"
 PACKAGE = "sglang_cpkv"
@@ -61,38 +62,9 @@ def graph() -> dict[str, set[str]]:
 
 
 def circles(edges: Mapping[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected set of two or more modules (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return found
+    """Every strongly connected set of two or more modules, each sorted (govctl's Tarjan, which
+    also guards the work items' dependency graph)."""
+    return sorted(sorted(c) for c in strongly_connected(edges) if len(c) > 1)
 
 
 def within(name: str, parts: Iterable[str]) -> bool:

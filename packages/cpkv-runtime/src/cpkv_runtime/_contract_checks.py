@@ -11,6 +11,7 @@ taking the op's bound arguments (``a.kv_pool``...) and raising :class:`BadArgs`,
 from __future__ import annotations
 
 from collections.abc import Container
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -206,17 +207,11 @@ def build_dense(a: Any, out: str = "out") -> None:
     _same_device(a.kv_pool, "kv_pool", **named)
 
 
-class _Remap(dict):
-    """``layer_step``'s remap arguments under ``remap_locs``' names."""
-
-    __getattr__ = dict.__getitem__
-
-
 def layer_step(a: Any) -> None:
     build_dense(a, out="dense")
-    remap_locs(
-        _Remap(locs=a.locs, req_id=a.row_req, inverse=a.inverse, page_size=a.page_size,
-               out=a.dense_locs)
+    remap_locs(  # layer_step's remap arguments under remap_locs' names
+        SimpleNamespace(locs=a.locs, req_id=a.row_req, inverse=a.inverse, page_size=a.page_size,
+                        out=a.dense_locs)
     )  # fmt: skip
     if a.dense.shape[1] != a.page_size:
         raise BadArgs(f"page_size = {a.page_size} but dense pages hold {a.dense.shape[1]} rows")

@@ -165,6 +165,12 @@ def tokens_per_rank(
     }
 
 
+def logical_pages(rows_per_rank: int, shard_size: int, page_size: int) -> int:
+    """The sharded pool's logical pages: page ``l`` lives on rank ``l % N`` as local page
+    ``l // N < rows / P + 1`` (the pool's ``cpkv_num_pages``, the width of the plan's inverse)."""
+    return shard_size * (rows_per_rank // page_size + 1)
+
+
 def inverse_bound(
     requests: int | None, rows_per_rank: int, shard_size: int, page_size: int
 ) -> dict:
@@ -175,7 +181,7 @@ def inverse_bound(
     most ``max_running_requests`` into a batch and the pool refuses a larger one. ``requests``
     is None when SGLang sizes that limit at start-up (no ``--max-running-requests``).
     """
-    pages = shard_size * (rows_per_rank // page_size + 1)
+    pages = logical_pages(rows_per_rank, shard_size, page_size)
     return {"requests": requests, "logical_pages": pages, "bytes_per_request": pages * 4,
             "bytes": None if requests is None else requests * pages * 4}  # fmt: skip
 

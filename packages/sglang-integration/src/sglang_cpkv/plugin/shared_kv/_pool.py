@@ -42,6 +42,7 @@ from sglang.srt.mem_cache import page_interleave_pool as _pip
 from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
 
 from sglang_cpkv.errors import StartRefused
+from sglang_cpkv.plugin.shared_kv._capacity import logical_pages
 from sglang_cpkv.plugin.shared_kv._forward import ForwardScratch, ShardOps, plan_forward, shard_ops
 from sglang_cpkv.plugin.shared_kv._plan import (
     ScratchCapacityError,
@@ -116,8 +117,7 @@ class CpkvSharedKVPool(_pip.PageInterleaveDSATokenToKVPool):
             gather_pages=shard_spec.max_prefix_tokens // ps,
             write_pages=shard_spec.chunk_tokens // ps,
         )
-        # Logical page l lives on rank l % N as local page l // N < size / P + 1.
-        self.cpkv_num_pages = shard_spec.shard_size * (self.size // ps + 1)
+        self.cpkv_num_pages = logical_pages(self.size, shard_spec.shard_size, ps)
         # The plan's per-request inverse is (B, cpkv_num_pages) int32: B is bounded by SGLang's
         # max_running_requests (the pool builders pass it; None where a builder does not).
         self.cpkv_max_requests: int | None = kwargs.get("max_running_requests")
