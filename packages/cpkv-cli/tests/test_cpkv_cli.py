@@ -74,6 +74,8 @@ def test_a_broken_pipe_that_is_not_stdouts_propagates():
 
     with pytest.raises(BrokenPipeError):
         run("tool", server_socket_died)
+    with pytest.raises(BrokenPipeError), cpkv_cli.quiet_stdout():  # stdout's reader is still there
+        server_socket_died()
 
 
 def test_emit_without_stdout_is_an_output_error(monkeypatch):

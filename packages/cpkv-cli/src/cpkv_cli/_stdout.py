@@ -55,10 +55,14 @@ class QuietStdout:
 
 @contextlib.contextmanager
 def quiet_stdout() -> Iterator[None]:
-    """Run the block; if the reader of stdout has gone, drop this and all later output."""
+    """Run the block; if the reader of stdout has gone, drop this and all later output. A
+    ``BrokenPipeError`` from anything else (a socket) propagates, as in
+    :func:`quiet_on_closed_stdout`."""
     try:
         yield
     except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
         drop_stdout()
 
 

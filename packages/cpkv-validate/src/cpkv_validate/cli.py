@@ -259,11 +259,7 @@ def _json_kept(argv: list[str] | None) -> str:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = None
-    with quiet_stdout():  # --help into a closed pipe
-        args = parser.parse_args(argv)
-    if args is None:
-        return 0
+    args = parser.parse_args(argv)  # --help goes through emit: quiet into a closed pipe
     if args.list_scenarios:
         with quiet_stdout():
             for name, spec in SCENARIOS.items():

@@ -277,11 +277,7 @@ def _main(argv: list[str] | None) -> int:
         "shared and copied on write; sglang: SGLang's radix cache, hits rounded down to the page",
     )
     p.add_argument("--seed", type=int, default=0, help=f"weights seed, 0..{MAX_SEED}")
-    args = None
-    with quiet_stdout():  # --help into a closed pipe
-        args = p.parse_args(argv)
-    if args is None:
-        return 0
+    args = p.parse_args(argv)  # --help goes through emit: quiet into a closed pipe
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be in 0..65535 (0: any free port); got {args.port}")
     if not 0 <= args.seed <= MAX_SEED:
