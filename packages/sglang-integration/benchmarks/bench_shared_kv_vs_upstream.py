@@ -145,23 +145,14 @@ def _sync(device: torch.device) -> None:
 
 
 def _time_ms(fn, device: torch.device, reps: int) -> float:
-    """Median wall time of ``fn`` in ms (CUDA events on a GPU, perf_counter on a CPU)."""
-    fn()
-    _sync(device)
-    out = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-    return sorted(out)[len(out) // 2]
+    """Median time of ``fn`` in ms (benchkit: CUDA events on a GPU, perf_counter on a CPU)."""
+    import benchkit
+
+    if device.type == "cuda":
+        samples = benchkit.cuda_event_times(fn, reps=reps, warmup=1)
+    else:
+        samples = benchkit.wall_times(fn, reps=reps, warmup=1)
+    return benchkit.quantiles(samples).p50 * 1e3
 
 
 # ---- one case ------------------------------------------------------------------------------

@@ -37,20 +37,6 @@ FIXTURE = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
 SM90 = (9, 0)
 
 
-def _coordinator(groups: list[list[int]], rank: int, name: str, device: torch.device):
-    """SGLang's coordinator of one CP group over gloo; ``local_rank`` names the device (every
-    rank on GPU 0 under ``--device cuda``)."""
-    from sglang.srt.distributed.parallel_state import GroupCoordinator
-
-    local = 0 if device.type == "cuda" else rank
-    return GroupCoordinator(
-        group_ranks=groups, local_rank=local, torch_distributed_backend="gloo",
-        use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
-        use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
-        use_xpu_communicator=False, group_name=name,
-    )  # fmt: skip
-
-
 def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None) -> list[str]:
     """The scenario on fresh pools; returns the differences found.
 
@@ -165,14 +151,16 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
         import _skv_backend_cases as cases
         import _skv_backend_rank as rank_mod
         import pytest
+        from _skv_dist_worker import _coordinator
         from sglang_cpkv.plugin.entry import activate
 
         hooks = activate()
         result["hooks"] = list(hooks)
         result["seconds"]["start"] = round(time.monotonic() - t0, 1)
+        local_rank = 0 if device.type == "cuda" else rank  # every rank on GPU 0 under cuda
         groups = {
-            cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank,
-                             f"cpkv_backend_cp{cp}", device)
+            cp: _coordinator([list(range(i, i + cp)) for i in range(0, world, cp)], rank, "gloo",
+                             f"cpkv_backend_cp{cp}", local_rank=local_rank)
             for cp in opts["cps"]
         }  # fmt: skip
         configs = [c for c in cases.CONFIGS if not opts["configs"] or c.name in opts["configs"]]

@@ -101,12 +101,14 @@ def one_communicator_per_group(cls):
     return build
 
 
-def _coordinator(groups, rank, backend: str, name: str):
-    """SGLang's coordinator of one CP group (a gloo ``cpu_group`` beside the device group)."""
+def _coordinator(groups, rank, backend: str, name: str, local_rank: int | None = None):
+    """SGLang's coordinator of one CP group (a gloo ``cpu_group`` beside the device group);
+    ``local_rank`` names the device (default: the rank's own)."""
     from sglang.srt.distributed.parallel_state import GroupCoordinator
 
     return GroupCoordinator(
-        group_ranks=groups, local_rank=rank, torch_distributed_backend=backend,
+        group_ranks=groups, local_rank=rank if local_rank is None else local_rank,
+        torch_distributed_backend=backend,
         use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False,
         use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
         use_xpu_communicator=False, group_name=name,
