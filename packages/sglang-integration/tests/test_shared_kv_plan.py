@@ -11,6 +11,9 @@ requests whose rows a rank's tables hold come from SGLang's own interleave split
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import _sglang_env
 import pytest
 import torch
@@ -174,6 +177,76 @@ def test_a_value_keyed_inverse_fails_the_reads(cp):
     _value_keyed(plans)
     with pytest.raises(AssertionError, match=r"'forced_foreign_page', 0, 0\)"):
         _check_reads(batch, plans, scratches, r2t)  # rank 0: request 0 reads request 1's slot
+
+
+def _address_keyed(self, kind, src):
+    """Planted bug: the lookup cache keyed by a table's address and shape alone."""
+    key = (kind, src.data_ptr(), tuple(src.shape), src.stride())
+    hit = self._cache.get(key)
+    return key, (hit[1] if hit is not None else None)
+
+
+def _rewritten_table_lookups(plan, table: torch.Tensor, other: torch.Tensor):
+    """Translate ``table`` and its page table, write ``other``'s values into both in place,
+    translate them again: [(what the plan returns for the rewritten tensor, what a fresh tensor
+    of the same values gets)] for the token table and for the page table."""
+    pages, other_pages = table[:, ::P] // P, other[:, ::P] // P
+    plan.translate(table), plan.scratch_pages(pages)
+    table.copy_(other), pages.copy_(other_pages)
+    return [
+        (plan.translate(table), plan.translate(other.clone())),
+        (plan.scratch_pages(pages), plan.scratch_pages(other_pages.clone())),
+    ]
+
+
+def test_a_table_rewritten_in_place_is_translated_again(monkeypatch):
+    """The per-forward lookup cache must not answer for a table whose contents changed at the
+    same address (an in-place write, or a freed table's address handed to another): the key
+    carries the version counter and each entry keeps its table alive."""
+    batch = place("two", SHAPES["two_prefix_chains"], 2)
+    plans, _, r2t = simulate(batch)
+    plan, width = plans[0], max(batch.seq)
+    rows = sglang_table_rows(batch.extend, batch.shard_size, 0)
+    other = r2t[rows, :width].flip(0).contiguous()  # the same locations, other requests' rows
+    lookups = _rewritten_table_lookups(plan, r2t[rows, :width].clone(), other)
+    assert all(torch.equal(got, fresh) for got, fresh in lookups)
+
+    plans, _, _ = simulate(batch)  # mutation: an address-only key returns the stale rows
+    monkeypatch.setattr(type(plans[0]), "_cached", _address_keyed)
+    lookups = _rewritten_table_lookups(plans[0], r2t[rows, :width].clone(), other)
+    assert not any(torch.equal(got, fresh) for got, fresh in lookups)
+
+
+def test_a_cached_table_stays_alive_for_the_forward():
+    """Why an address can key the cache: while the forward's plan lives, no table it translated
+    is freed, so no other tensor can be allocated at its address."""
+    batch = place("two", SHAPES["two_prefix_chains"], 2)
+    plans, _, r2t = simulate(batch)
+    rows = sglang_table_rows(batch.extend, batch.shard_size, 0)
+    table = r2t[rows, : max(batch.seq)].clone()
+    plans[0].translate(table)
+    alive = weakref.ref(table)
+    del table
+    gc.collect()
+    assert alive() is not None
+
+
+def test_lookups_under_inference_mode():
+    """SGLang's forward may run under ``torch.inference_mode`` (its inference-mode switch):
+    tensors made there keep no version counter, and the cached lookups still answer."""
+    batch = place("two", SHAPES["two_prefix_chains"], 2)
+    plans, scratches, r2t = simulate(batch)
+    want = [plan.translate(r2t[sglang_table_rows(batch.extend, 2, r)]) for r, plan in
+            enumerate(plans)]  # fmt: skip
+    plans, scratches, r2t = simulate(batch)
+    with torch.inference_mode():
+        r2t = r2t.clone()
+        assert r2t.is_inference()
+        _check_reads(batch, plans, scratches, r2t)
+        for rank, plan in enumerate(plans):
+            table = r2t[sglang_table_rows(batch.extend, 2, rank)]
+            assert torch.equal(plan.translate(table), want[rank])
+            assert plan.translate(table) is plan.translate(table)  # a hit, not a recompute
 
 
 @pytest.mark.parametrize("name", ["chunked_continuation_hit", "prefix_lengths"])

@@ -11,6 +11,16 @@ the all-gather on the host. The lookups below are what SGLang's pool methods cal
 they use only tensors of the plan (no host sync), and each distinct table is translated once
 per forward.
 
+The per-forward lookup cache is keyed by a table's address, shape, stride, dtype and version
+counter, and each entry holds the table it was computed from: while an entry lives no other
+tensor can be allocated at that address, so an address names one storage, and an in-place
+write to it (which bumps the version counter its views share) misses. Keyed by address alone,
+a table freed mid-forward and a different one allocated in its place would read the first
+one's rows. Tensors made under ``torch.inference_mode`` (SGLang's forward with
+``SGLANG_ENABLE_TORCH_INFERENCE_MODE=1``) keep no version counter; for them an in-place
+rewrite mid-forward is not seen. SGLang builds its tables in ``init_forward_metadata``, before
+the layers read them, and does not rewrite them during the forward.
+
 Which request a row belongs to is given by the forward batch, never guessed from a shape:
 
 - a 1-D location tensor is the batch's ``out_cache_loc`` (its tokens' requests are
@@ -83,7 +93,7 @@ class ForwardScratch:
     table_req: torch.Tensor
     remap: Callable[..., torch.Tensor]
     stage_after_gather: bool = False
-    _cache: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    _cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def page_size(self) -> int:
@@ -92,6 +102,17 @@ class ForwardScratch:
     @property
     def batch_size(self) -> int:
         return self.placement.inverse.shape[0]
+
+    def _cached(self, kind: str, src: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
+        """The cache key of ``src`` and its lookup if this forward made it already."""
+        version = None if src.is_inference() else src._version
+        key = (kind, src.data_ptr(), tuple(src.shape), src.stride(), src.dtype, version)
+        hit = self._cache.get(key)
+        return key, (hit[1] if hit is not None else None)
+
+    def _remember(self, key: tuple, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        self._cache[key] = (src, out)  # src stays alive: its address cannot be reused
+        return out
 
     def _is_out_cache_loc(self, loc: torch.Tensor) -> bool:
         ref = self.out_cache_loc
@@ -137,8 +158,7 @@ class ForwardScratch:
         """
         if loc.dim() == 1 and self._is_out_cache_loc(loc):
             return self.cur_rows
-        key = ("loc", loc.data_ptr(), tuple(loc.shape), loc.stride())
-        hit = self._cache.get(key)
+        key, hit = self._cached("loc", loc)
         if hit is not None:
             return hit
         if loc.dim() == 2:
@@ -154,13 +174,11 @@ class ForwardScratch:
             )
         dense = self.remap(loc, req, self.placement.inverse, self.page_size)
         rows = to_scratch(dense, self.placement.slot_scratch, self.page_size)
-        self._cache[key] = rows
-        return rows
+        return self._remember(key, loc, rows)
 
     def scratch_pages(self, pages: torch.Tensor) -> torch.Tensor:
         """Logical page ids (R, W), one row per request -> scratch pages, each by its request."""
-        key = ("page", pages.data_ptr(), tuple(pages.shape), pages.stride())
-        hit = self._cache.get(key)
+        key, hit = self._cached("page", pages)
         if hit is not None:
             return hit
         if pages.dim() != 2:
@@ -171,8 +189,7 @@ class ForwardScratch:
         inverse = self.placement.inverse
         slot = inverse[req.unsqueeze(1), pages.long().clamp(0, inverse.shape[1] - 1)]
         out = self.placement.slot_scratch[slot.long()]
-        self._cache[key] = out
-        return out
+        return self._remember(key, pages, out)
 
 
 @dataclass(frozen=True)
