@@ -3,9 +3,14 @@
 Usage errors are one line and exit 2 (:class:`OneLineParser`); any other bad input is one line
 naming it and the fix, exit 2 (:class:`InputError`, :func:`refuse`); a reader that closes stdout
 early ends the output quietly (:func:`emit`, :func:`quiet_stdout`); Ctrl-C is one line and exit
-130, without a traceback (:func:`run`, which applies all of them to a command's body). Checks of
-a package's own inputs (URLs, config files, model paths) stay in that package.
+130, without a traceback (:func:`run`, which applies all of them to a command's body). A JSON
+file a user names is read one way (:func:`read_json_object`: bounded, never blocking on a FIFO,
+one line per failure); what a package's inputs must hold (URLs, config fields, model paths)
+stays in that package.
 """
+
+# Input files
+from cpkv_cli._json_file import MAX_CONFIG_BYTES, read_bounded_file, read_json_object
 
 # Running a command
 from cpkv_cli._messages import InputError, OutputError, one_line, printable, refuse
@@ -39,6 +44,10 @@ __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     "quiet_on_closed_stdout",
     "stdout_reader_gone",
     "drop_stdout",
+    # Input files
+    "read_json_object",
+    "read_bounded_file",
+    "MAX_CONFIG_BYTES",
     # Errors
     "InputError",
     "OutputError",

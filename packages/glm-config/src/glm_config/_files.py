@@ -1,7 +1,7 @@
 """config.json on disk: a bounded read, and a replace that loses nothing.
 
-Reading opens non-blocking and checks the open descriptor, so a FIFO or a device is refused without
-waiting on it, and reads at most ``MAX_CONFIG_BYTES``.
+Reading is ``cpkv_cli.read_json_object``: it opens non-blocking and checks the open descriptor, so
+a FIFO or a device is refused without waiting on it, and reads at most 16 MiB.
 
 :func:`replace_config` writes the new text only when it differs, and then:
 
@@ -22,7 +22,6 @@ as it was. Mode and owner are the target's.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import stat
 import tempfile
@@ -30,76 +29,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cpkv_cli import read_bounded_file, read_json_object
+
 from glm_config.errors import ConfigFileError, WriteRefusedError
 
-MAX_CONFIG_BYTES = 16 * 2**20
-"""Largest config.json read (16 MiB). Shipped ones are 1-10 KB, the largest we know (a quantisation
-config listing every excluded module) tens of KB; the cap keeps ``/dev/zero`` or a weights file
-given by mistake from being read into memory."""
+_FIX = "give a model directory holding config.json"
 
 
 def read_config_json(model_dir: str | Path) -> tuple[Path, dict[str, Any], str]:
-    """Read ``model_dir/config.json`` (or a config.json path).
+    """Read ``model_dir/config.json`` (or a config.json path) with ``cpkv_cli.read_json_object``.
 
     Returns:
         ``(path, raw dict, original text)``.
 
     Raises:
-        ConfigFileError: missing, not a regular file, over ``MAX_CONFIG_BYTES``, unreadable, not
-            UTF-8, not JSON (nested too deep, or an integer of over 4300 digits), or not an object.
+        ConfigFileError: missing, not a regular file, over 16 MiB, unreadable, not UTF-8, not
+            JSON (nested too deep, or an integer of over 4300 digits), or not an object.
     """
     path = Path(model_dir)
     try:
         if path.is_dir():
             path = path / "config.json"
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise ConfigFileError(
-            f"{path} does not exist; give a model directory holding config.json."
-        ) from None
-    except OSError as exc:
+    except OSError as exc:  # e.g. a name too long to stat
         raise ConfigFileError(f"cannot open {path}: {exc.strerror}.") from None
-    try:
-        data = _read_regular(fd, path)
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-        raw = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise ConfigFileError(f"{path} is not UTF-8 ({exc.reason} at byte {exc.start}).") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigFileError(f"{path} is not valid JSON: {exc}.") from None
-    except ValueError:  # Python parses no integer of over 4300 digits
-        raise ConfigFileError(
-            f"{path} holds an integer of over 4300 digits; not a config."
-        ) from None
-    except RecursionError:
-        raise ConfigFileError(f"{path} nests arrays or objects too deeply; not a config.") from None
-    if not isinstance(raw, dict):
-        raise ConfigFileError(f"{path} must hold a JSON object; got {type(raw).__name__}.")
+    text, raw = read_json_object(path, fix=_FIX, error=ConfigFileError)
     return path, raw, text
-
-
-def _read_regular(fd: int, path: Path) -> bytes:
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigFileError(f"{path} is not a regular file; give a model directory.")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise ConfigFileError(
-            f"{path} is {info.st_size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES:,} "
-            f"(16 MiB). Fix: give the model's config.json, not its weights."
-        )
-    chunks, size = [], 0
-    try:
-        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read {path}: {exc.strerror}.") from None
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigFileError(f"{path} grew past {MAX_CONFIG_BYTES:,} bytes while being read.")
-    return b"".join(chunks)
 
 
 def read_only_filesystem(path: Path) -> str | None:
@@ -187,11 +141,7 @@ def replace_config(path: Path, original: str, new: str) -> Written:
             f"{path} was a symlink to {os.readlink(path)}; it is now a regular file "
             f"(the link's target is unchanged)"
         )
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        now = _read_regular(fd, path)
-    finally:
-        os.close(fd)
+    now = read_bounded_file(path, fix=_FIX, error=ConfigFileError)
     if now != original.encode("utf-8"):
         raise WriteRefusedError(
             f"{path} changed while glm-config was editing it; nothing written. Fix: run it again."

@@ -35,11 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cpkv_cli import InputError, printable
-
-MAX_CONFIG_BYTES = 16 * 2**20
-"""Largest config.json read (16 MiB). Shipped ones are 1-10 KB; the cap keeps a weights file or
-a device given by mistake from being read into memory."""
+from cpkv_cli import InputError, printable, read_json_object
 
 MAX_LAYERS = 4096
 """Most ``num_hidden_layers`` accepted: the largest DSA model has 78 (GLM-5.x; DeepSeek-V3.2 has
@@ -188,48 +184,13 @@ def _cached_repo_config(repo_id: str, revision: str | None) -> Path | None:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """``path`` read as a JSON object, without hanging on a FIFO or reading past 16 MiB.
+    """``path`` read as a JSON object by ``cpkv_cli.read_json_object`` (bounded at 16 MiB,
+    never blocking on a FIFO).
 
     Raises:
         InputError: not a regular file, too large, unreadable, not UTF-8 JSON, or not an object.
     """
-    shown = printable(str(path))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise InputError(f"cannot open {shown}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{shown} is not a regular file; give the model's config.json")
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise InputError(
-                f"{shown} is {info.st_size:,} bytes, over the {MAX_CONFIG_BYTES:,} a "
-                f"config.json may have; give the model's config.json"
-            )
-        chunks, size = [], 0
-        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise InputError(f"cannot read {shown}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_CONFIG_BYTES:  # grew after fstat
-        raise InputError(
-            f"{shown} is over {MAX_CONFIG_BYTES:,} bytes; give the model's config.json"
-        )
-    try:
-        raw = json.loads(b"".join(chunks).decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{shown} is not valid JSON ({exc}); fix the file") from None
-    except (ValueError, RecursionError):  # an int of over 4300 digits, or nesting too deep
-        raise InputError(f"{shown} holds an integer or nesting no config.json has") from None
-    if not isinstance(raw, dict):
-        raise InputError(f"{shown} must hold a JSON object; got a {type(raw).__name__}")
-    return raw
+    return read_json_object(path, fix="give the model's config.json")[1]
 
 
 def architecture(raw: Mapping[str, Any]) -> str | None:
