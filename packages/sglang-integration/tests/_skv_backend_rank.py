@@ -122,6 +122,9 @@ class ForwardRecord:
     rows: list[tuple[BatchRow, int]]  # the rank's query rows: (batch row, position)
     layers: list[LayerRecord] = field(default_factory=list)
     method: str = ""
+    #: cpkv's side: how many lookups the forward's plan computed and cached (one per distinct
+    #: table SGLang passed, whatever the layer count); None on the replica
+    lookups: int | None = None
 
 
 class Deployment:
@@ -355,6 +358,8 @@ def run_forward(dep: Deployment, side: Side, rows: Sequence[BatchRow], req_to_to
                 topk[: len(local)].cpu().clone(), out.float().cpu().reshape(len(local), -1, 512),
                 reads,
             ))  # fmt: skip
+    plan = getattr(side.draft_pool if draft else side.pool, "cpkv_forward", None)
+    record.lookups = None if plan is None else len(plan._cache)
     return record
 
 

@@ -83,6 +83,7 @@ def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None) 
                     "rank_misses_a_request": len({r.req.name for r, _ in ours.rows}) < len(rows),
                     "prefix": any(r.prefix for r in rows),
                     "reads": sum(len(x) for lay in ours.layers for x in lay.reads),
+                    "lookups": ours.lookups,
                     "ok": not found,
                 })  # fmt: skip
         cache.commit(rows)

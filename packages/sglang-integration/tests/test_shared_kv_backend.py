@@ -97,6 +97,15 @@ def test_the_batches_cover_what_the_issue_names(ranks):
     assert all(x["reads"] > 0 for x in runs)
 
 
+def test_each_table_is_translated_once_per_forward(ranks):
+    """SGLang hands the pool the same metadata tables on every layer (the attention page table
+    at init_forward_metadata, the indexer's logical page table per layer): the plan's lookup
+    cache ends every forward (4 layers, or the draft's one) with those two entries, not one
+    per layer."""
+    lookups = {x["lookups"] for r in ranks for x in r["runs"]}
+    assert lookups == {2}, sorted(lookups, key=str)
+
+
 @pytest.mark.parametrize("mutation", list(cases.MUTATIONS))
 def test_each_planted_bug_fails_the_comparison(ranks, mutation):
     for r in _ranks_of(2, ranks):
