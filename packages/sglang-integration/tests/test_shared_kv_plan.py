@@ -191,8 +191,10 @@ def _rewritten_table_lookups(plan, table: torch.Tensor, other: torch.Tensor):
     translate them again: [(what the plan returns for the rewritten tensor, what a fresh tensor
     of the same values gets)] for the token table and for the page table."""
     pages, other_pages = table[:, ::P] // P, other[:, ::P] // P
-    plan.translate(table), plan.scratch_pages(pages)
-    table.copy_(other), pages.copy_(other_pages)
+    plan.translate(table)
+    plan.scratch_pages(pages)
+    table.copy_(other)
+    pages.copy_(other_pages)
     return [
         (plan.translate(table), plan.translate(other.clone())),
         (plan.scratch_pages(pages), plan.scratch_pages(other_pages.clone())),
