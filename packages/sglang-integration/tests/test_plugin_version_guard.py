@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from sglang_cpkv import PluginRefused, UnsupportedSGLangError
+from sglang_cpkv.errors import SharedKVError
+from sglang_cpkv.plugin._releases import check_shared_kv_release
 from sglang_cpkv.plugin._version_guard import (
     ALLOW_ENV,
     SUPPORTED_RANGE,
@@ -47,6 +49,22 @@ def test_parse_release():
     assert parse_release("0.5.23.post1+cu130") == (0, 5, 23)
     assert parse_release("v0.5.20") == (0, 5, 20)
     assert parse_release("dev") is None
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("0.5.21", True), ("v0.5.21", True), ("0.5.21rc1", True), ("0.5.20.post2", True),
+     ("0.5.22", False), ("0.5.23.post1", False), ("dev", False)],
+)  # fmt: skip
+def test_shared_kv_release_is_read_as_the_guard_reads_it(version, refused):
+    """``--cpkv-shared-kv``'s release check parses like the version guard: a ``v`` prefix or a
+    pre-release part does not hide an older release (a string with no release is the guard's to
+    refuse, not this check's)."""
+    if refused:
+        with pytest.raises(SharedKVError, match=f"the installed sglang is {version}"):
+            check_shared_kv_release(version)
+    else:
+        check_shared_kv_release(version)
 
 
 def _expected_sglang() -> str:

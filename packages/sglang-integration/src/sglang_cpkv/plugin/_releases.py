@@ -15,9 +15,18 @@ Each older release runs on the workspace's locked torch and transformers (sglang
 
 from __future__ import annotations
 
+import re
+
 from sglang_cpkv.errors import SharedKVError
 
-__all__ = ["SHARED_KV_FIRST", "SHARED_KV_NEEDS", "TESTED", "check_shared_kv_release", "release"]
+__all__ = [
+    "SHARED_KV_FIRST",
+    "SHARED_KV_NEEDS",
+    "TESTED",
+    "check_shared_kv_release",
+    "parse_release",
+    "release",
+]
 
 #: Every release the plugin accepts; CI runs the contract tests against each. 0.5.20 is the first
 #: with ``arg_groups`` (resolution hooks) and the ``sglang.srt.plugins`` entry-point group.
@@ -33,9 +42,19 @@ SHARED_KV_NEEDS: tuple[str, ...] = (
 )
 
 
+_RELEASE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
+
+
 def release(version: str) -> tuple[int, ...]:
     """``"0.5.22"`` -> ``(0, 5, 22)`` (the releases above are plain ``X.Y.Z``)."""
     return tuple(int(part) for part in version.split("."))
+
+
+def parse_release(version: str) -> tuple[int, int, int] | None:
+    """``"0.5.23.post1"`` -> ``(0, 5, 23)`` (a leading ``v``, pre/post/dev and local parts
+    ignored); None when the string has no ``X.Y.Z`` release."""
+    match = _RELEASE.match(version)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
 def check_shared_kv_release(version: str) -> None:
@@ -48,9 +67,8 @@ def check_shared_kv_release(version: str) -> None:
     Raises:
         SharedKVError: one line naming the release that first has the sharded pool.
     """
-    parts = version.split(".")[:3]
-    current = tuple(int(p) for p in parts if p.isdigit())
-    if len(current) == 3 and current < release(SHARED_KV_FIRST):
+    current = parse_release(version)
+    if current is not None and current < release(SHARED_KV_FIRST):
         raise SharedKVError(
             f"--cpkv-shared-kv needs SGLang's sharded KV pool ({SHARED_KV_NEEDS[0]}), first in "
             f"sglang {SHARED_KV_FIRST}; the installed sglang is {version}. Fix: pip install "

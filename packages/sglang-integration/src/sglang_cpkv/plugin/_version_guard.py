@@ -16,17 +16,15 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import re
 
 from sglang_cpkv.errors import UnsupportedSGLangError
-from sglang_cpkv.plugin._releases import TESTED, release
+from sglang_cpkv.plugin._releases import TESTED, parse_release, release
 
 logger = logging.getLogger("sglang_cpkv")
 
 SUPPORTED_MIN = release(TESTED[0])
 SUPPORTED_MAX = release(TESTED[-1])
 ALLOW_ENV = "CPKV_ALLOW_UNTESTED_SGLANG"
-_RELEASE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
 def _fmt(release: tuple[int, int, int]) -> str:
@@ -42,12 +40,6 @@ def installed_sglang_version() -> str | None:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def parse_release(version: str) -> tuple[int, int, int] | None:
-    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; None when the string has no ``X.Y.Z`` release."""
-    match = _RELEASE.match(version)
-    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
 def is_supported(version: str) -> bool:
