@@ -83,3 +83,8 @@ def test_an_unprintable_name_is_shown_as_its_repr(tmp_path):
     with pytest.raises(InputError) as exc:
         read_json_object(path, fix=FIX)
     assert "\n" not in str(exc.value) and "does not exist" in str(exc.value)
+
+
+def test_a_name_with_a_nul_byte_is_one_line(tmp_path):
+    with pytest.raises(InputError, match=r"has a NUL byte in its name; give the model's"):
+        read_json_object(Path(f"{tmp_path}/a\0b"), fix=FIX)

@@ -71,6 +71,37 @@ def test_parsing_and_refusals_import_no_torch(argv, code, says):
     assert "Traceback" not in proc.stderr
 
 
+def _refserver_no_torch(*argv: str) -> subprocess.CompletedProcess:
+    code = NO_TORCH.replace("cpkv_validate.cli import", "cpkv_validate.refserver import")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["--help"], 0, "usage: python -m cpkv_validate.refserver"),
+        (["--port", "70000"], 2, "--port must be in 0..65535"),
+        (["--seed", "-1"], 2, "--seed must be in 0.."),
+        (["--allocator", "buddy"], 2, "argument --allocator: invalid choice: 'buddy'"),
+    ],
+    ids=["help", "port", "seed", "allocator"],
+)
+def test_the_refserver_checks_its_arguments_without_torch(argv, code, says):
+    """``python -m cpkv_validate.refserver`` parses, checks and binds before torch (before, it
+    imported torch and the engine first: about 3 s to refuse ``--port 70000``)."""
+    proc = _refserver_no_torch(*argv)
+    assert proc.returncode == code, proc.stderr
+    assert says in (proc.stdout if code == 0 else proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_refserver_needs_torch_once_its_arguments_are_good():
+    """The negative control: good arguments go on to import the engine, which the blocker stops."""
+    proc = _refserver_no_torch("--port", "0")
+    assert proc.returncode != 0 and "blocked: torch" in proc.stderr
+
+
 def test_the_http_engine_runs_without_torch(tmp_path):
     with stub_server(lambda prompt, nth: (" a b c d", 4, "length")) as url:
         proc = _no_torch("--url", url, "--concurrency", "2", "--max-tokens", "4", cwd=tmp_path)

@@ -78,6 +78,8 @@ def read_bounded_file(
         raise error(f"{shown} does not exist; {fix}") from None
     except OSError as exc:
         raise error(f"cannot open {shown}: {exc.strerror}; {fix}") from None
+    except ValueError:  # a NUL in the name: no file can have it
+        raise error(f"{shown} has a NUL byte in its name; {fix}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -27,13 +27,15 @@ import argparse
 import sys
 import time
 
-from cpkv_cli import InputError, OneLineParser, quiet_stdout, run
+from cpkv_cli import InputError, OneLineParser, quiet_stdout, refuse, run
 
 # Only modules without torch (or rich) at import: the parser and its checks run first.
 from . import _limits as lim
 from ._cli_checks import DEFAULT_CP, HTTP_ONLY, check_args, plan
 from ._compare import TOLERANCE, Report, ScenarioResult
 from ._scenarios import SCENARIOS, scenario_names
+
+PROG = "cpkv-validate"
 
 __all__ = ["DEFAULT_CP", "build_parser", "main"]
 
@@ -44,7 +46,7 @@ OFFSET_RULES = ("upstream", "fixed")  # _ragged.RAGGED_RULES (no torch there eit
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog="cpkv-validate",
+        prog=PROG,
         description="Cross-request KV contamination check: every request at batch size N (with "
         "context parallelism) against the same request alone at batch size 1 without CP.",
         epilog="exit status: 0 every request matches batch size 1; 1 contamination or a mismatch; "
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     Ctrl-C, start-up included, is one line and 130 (``cpkv_cli.run``): the ranks are ended and
     ``--json`` is left as it was, which the line says.
     """
-    return run("cpkv-validate", lambda: _main(argv), interrupted=lambda: _json_kept(argv))
+    return run(PROG, lambda: _main(argv), interrupted=lambda: _json_kept(argv))
 
 
 def _json_kept(argv: list[str] | None) -> str:
@@ -280,34 +282,30 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = _reference(args) if args.engine == "reference" else _http(args)
     except ConnectionError as exc:  # the http engine's ServerError: one line
-        print(f"cpkv-validate: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return refuse(PROG, exc)
     with quiet_stdout():
         print_report(report)
     if args.json:
         try:
             write_json(report, args.json)
         except OSError as exc:
-            print(
-                f"cpkv-validate: error: cannot write --json {args.json} ({exc.strerror}); the "
-                f"report above is complete",
-                file=sys.stderr,
+            return refuse(
+                PROG,
+                f"cannot write --json {args.json} ({exc.strerror}); the report above is complete",
             )
-            return 2
     if report.ok:
         return 0
     if report.verdicts("FAIL"):
         return 1
     short = report.verdicts("SHORT")
     n = sum(len(s.requests) for s in report.scenarios)
-    print(
-        f"cpkv-validate: error: no evidence: {len(short)} of {n} requests generated fewer than "
-        f"--max-tokens {args.max_tokens} tokens without finish reason 'stop' (or nothing to "
-        f"compare), so matching outputs prove nothing; the table shows each run's tokens. Fix: "
-        f"check --model and the server's generation limits, or lower --max-tokens",
-        file=sys.stderr,
+    return refuse(
+        PROG,
+        f"no evidence: {len(short)} of {n} requests generated fewer than --max-tokens "
+        f"{args.max_tokens} tokens without finish reason 'stop' (or nothing to compare), so "
+        f"matching outputs prove nothing; the table shows each run's tokens. Fix: check --model "
+        f"and the server's generation limits, or lower --max-tokens",
     )
-    return 2
 
 
 if __name__ == "__main__":
