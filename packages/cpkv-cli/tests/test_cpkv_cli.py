@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import cpkv_cli
 import pytest
 from cpkv_cli import InputError, OneLineParser, OutputError, emit, refuse, run
+from hostile_cli import run_command_into_closed_pipe
 
 
 def test_every_public_name_imports_and_is_documented():
@@ -109,13 +109,24 @@ sys.exit(run("tool", body))
 
 
 def test_a_closed_stdout_ends_the_output_quietly_and_keeps_the_status():
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _CLOSED_PIPE], stdout=w, stderr=subprocess.PIPE, text=True,
-            timeout=60, check=False,
-        )  # fmt: skip
-    finally:
-        os.close(w)
+    proc = run_command_into_closed_pipe([sys.executable, "-c", _CLOSED_PIPE], timeout=60)
     assert (proc.returncode, proc.stderr) == (3, "")
+
+
+def test_closed_stdout_check_is_stdouts_own():
+    """A BrokenPipeError that is not stdout's (a server socket) is not swallowed."""
+    from cpkv_cli import quiet_on_closed_stdout
+
+    def server_socket_died() -> int:
+        raise BrokenPipeError("a client went away")
+
+    with pytest.raises(BrokenPipeError):
+        quiet_on_closed_stdout(server_socket_died)
+
+
+def test_stdout_to_a_live_pipe_is_not_taken_for_closed():
+    code = "from cpkv_cli import stdout_reader_gone as g; print(g())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out == "False\n"
