@@ -83,3 +83,59 @@ def test_checked_wrappers_trace_whole_under_torch_compile(impl: str):
     compiled = torch.compile(lambda *a: remap(*a), fullgraph=True, backend="eager")
     got = compiled(locs, req_id, inverse, 16)
     assert got.dtype == torch.int32 and got.shape == locs.shape and bool((got == 16).all())
+
+
+def _length_dtypes_reaching(impl: str, prefix_dtype, extend_dtype, converter=None):
+    """The dtypes ``current_page_mask``'s kernel receives for lengths of the given dtypes."""
+    import cpkv_kernels._api as api
+
+    seen = []
+
+    def kernel(req_pages, prefix_lens, extend_lens, page_size, mask):
+        seen.append((prefix_lens.dtype, extend_lens.dtype))
+
+    mp = pytest.MonkeyPatch()
+    if converter is not None:
+        mp.setattr(api, "_converter", converter)
+    try:
+        op = api._wrap(OP_SPECS["current_page_mask"], kernel, impl)
+    finally:
+        mp.undo()
+    op(torch.zeros((2, 3), dtype=torch.int32), torch.tensor([64, 0], dtype=prefix_dtype),
+       torch.tensor([5, 70], dtype=extend_dtype), 64)  # fmt: skip
+    return seen[0]
+
+
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+@pytest.mark.parametrize(
+    "prefix_dtype, extend_dtype",
+    [(torch.int64, torch.int32), (torch.int32, torch.int64), (torch.int16, torch.int64),
+     (torch.int64, torch.int16), (torch.int32, torch.int32)],
+)  # fmt: skip
+def test_both_lengths_reach_the_kernel_in_one_dtype(impl, prefix_dtype, extend_dtype):
+    """The kernels read prefix_lens and extend_lens with one index type (the C++ ops refuse a
+    mixed pair): the wrapper converts both to ``lengths_dtype`` of the prefix, the rule the
+    runtime's bare ``plan_slots`` call applies too (``_layout_static._raw_index``)."""
+    from cpkv_runtime._contract import lengths_dtype
+
+    want = lengths_dtype(torch.tensor([0], dtype=prefix_dtype))
+    assert _length_dtypes_reaching(impl, prefix_dtype, extend_dtype) == (want, want)
+
+
+def test_a_converter_that_narrows_the_lengths_apart_fails_the_check():
+    """Mutation: the earlier converter cast a length outside the prefix's dtype to int32, so an
+    int64 prefix with an int32 extend reached the kernel as a mixed pair."""
+    import cpkv_kernels._api as api
+
+    real = api._converter
+    index = api._index
+
+    def narrowing(op, name, impl):
+        if name in ("prefix_lens", "extend_lens"):
+            return lambda t, a: index(
+                t, (a.prefix_lens.dtype,) if a.prefix_lens.dtype in api._WIDE else (torch.int32,)
+            )
+        return real(op, name, impl)
+
+    got = _length_dtypes_reaching("cuda", torch.int64, torch.int16, narrowing)
+    assert got[0] != got[1]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from cpkv_runtime._contract import OP_SPECS, Args, OpSpec
+from cpkv_runtime._contract import OP_SPECS, Args, OpSpec, lengths_dtype
 
 from ._plan_workspace import plan_outputs, workspace_size
 from .errors import KernelInputError
@@ -51,10 +51,8 @@ def _converter(op: str, name: str, impl: str) -> Callable[[Any, Args], Any] | No
         return lambda t, a: _index(t, index)
     if name in _LOCATIONS or kind == "wide":
         return lambda t, a: _index(t, _WIDE)
-    if name in ("prefix_lens", "extend_lens"):  # one dtype for both: prefix's if it is wide
-        return lambda t, a: _index(
-            t, (a.prefix_lens.dtype,) if a.prefix_lens.dtype in _WIDE else (torch.int32,)
-        )
+    if name in ("prefix_lens", "extend_lens"):  # one dtype for both (the kernels read one)
+        return lambda t, a: t.to(lengths_dtype(a.prefix_lens)).contiguous()
     if name in ("inverse", "sources"):
         return lambda t, a: t.contiguous()
     if name == "used_slots":
@@ -100,9 +98,9 @@ def make_ops(impl: str) -> dict[str, Callable[..., object]]:
             if impl == "cuda":
                 ops[name] = ns.shard_plan_cuda.default
             continue
-        kernel = getattr(ns, f"{name}_{impl}")
-        if name == "plan_slots":  # CUDA: one C++ call allocates every output and launches
-            kernel = ns.plan_slots_cuda.default if impl == "cuda" else _plan_triton(kernel)
+        kernel = getattr(ns, f"{name}_{impl}").default  # the overload: no lookup per call
+        if name == "plan_slots" and impl == "triton":  # CUDA: one C++ call allocates and launches
+            kernel = _plan_triton(kernel)
         ops[name] = _wrap(spec, kernel, impl)
     return ops
 

@@ -135,6 +135,12 @@ class OpSpec:
         return self.result(Args(zip(self.params, args, strict=True)))
 
 
+def lengths_dtype(prefix_lens: torch.Tensor) -> torch.dtype:
+    """The one dtype the kernels take ``prefix_lens`` and ``extend_lens`` in (they read both
+    with one index type): ``prefix_lens``' own when it is int32 or int64, else int64."""
+    return prefix_lens.dtype if prefix_lens.dtype in (torch.int32, torch.int64) else torch.int64
+
+
 def _i32(like: torch.Tensor, *shape: int) -> torch.Tensor:
     return like.new_empty(shape, dtype=torch.int32)
 

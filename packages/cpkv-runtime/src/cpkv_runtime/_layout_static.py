@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from ._checks import as_index, check_count, same_device
+from ._contract import lengths_dtype
 from ._dispatch import resolve
 from ._layout import Layout, raise_for_status
 from ._layout_budget import check_layout_budget
@@ -37,9 +38,8 @@ def _raw_index(
     both lengths of one dtype (a no-op, no allocation, for what callers usually pass)."""
     if req_pages.dtype not in _WIDE:
         req_pages = req_pages.to(torch.int32)
-    if prefix.dtype not in _WIDE or extend.dtype != prefix.dtype:
-        dtype = prefix.dtype if prefix.dtype in _WIDE else torch.int64
-        prefix, extend = prefix.to(dtype), extend.to(dtype)
+    dtype = lengths_dtype(prefix)
+    prefix, extend = prefix.to(dtype), extend.to(dtype)  # no-ops when they are already
     return req_pages.contiguous(), prefix.contiguous(), extend.contiguous()
 
 
