@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -94,6 +95,22 @@ def test_a_full_disk_is_one_line_and_exit_2():
     assert proc.returncode == 2
     assert proc.stderr.startswith("tool: error: cannot write the output to stdout (No space left")
     assert proc.stderr.count("\n") == 1
+
+
+def test_a_plain_print_into_a_full_disk_is_one_line_and_exit_2():
+    """A short ``print`` stays in the buffer until ``run``'s last flush, which fails: one line
+    and exit 2 (before: a traceback and exit 1, the code some commands give a finding). Output
+    buffered, as by default: with ``PYTHONUNBUFFERED`` the ``print`` itself fails, inside the
+    command, which writes its output through :func:`emit` for that."""
+    code = "import sys; from cpkv_cli import run; sys.exit(run('tool', lambda: print('x') or 0))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True,
+            timeout=60, check=False, env=env,
+        )  # fmt: skip
+    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+    assert proc.stderr.startswith("tool: error: cannot write the output to stdout (No space left")
 
 
 _CLOSED_PIPE = """

@@ -8,11 +8,16 @@ fails here until it is listed below with its own bad input) and the one CLI star
   nothing on stdout;
 - a bad input (the command's own kind: a missing model, a URL, a bound) is one line, exit 2;
 - ``--help`` into a pipe whose reader is gone ends quietly, exit 0, nothing on stderr;
+- ``--help`` into a full disk (``> /dev/full``) or with stdout closed from the start (``>&-``)
+  is one line ``prog: error: ...``, exit 2: the output is lost, so the command must not say it
+  succeeded (before: ``cpkv-serve --help > /dev/full`` was a traceback and exit 1, and ``>&-``
+  exit 0 with nothing written);
 - Ctrl-C while it parses its arguments is ``prog: interrupted``, exit 130, no traceback.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -87,6 +92,22 @@ def test_a_bad_input_is_one_line_and_exit_2(command):
 def test_help_into_a_closed_pipe_is_quiet(command):
     proc = run_command_into_closed_pipe(command_line(command), "--help")
     assert (proc.returncode, proc.stderr) == (0, ""), proc
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_that_cannot_be_written_is_one_line_and_exit_2(command, stdout):
+    """``> /dev/full`` and ``>&-``, as a shell sets them up (bash: the command's own fd 1)."""
+    redirect = "> /dev/full" if stdout == "full" else ">&-"
+    line = " ".join(shlex.quote(a) for a in [*command_line(command), "--help"])
+    proc = subprocess.run(
+        ["bash", "-c", f"{line} {redirect}"], capture_output=True, text=True, timeout=300
+    )
+    prog = COMMANDS[command][0]
+    assert proc.returncode == 2, proc
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"{prog}: error: "), proc.stderr
+    assert ("No space left" if stdout == "full" else "stdout is closed") in proc.stderr
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

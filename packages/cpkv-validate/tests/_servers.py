@@ -1,6 +1,10 @@
-"""Server processes for the ``http`` engine tests: start on a free loopback port, wait for
+"""Servers for the ``http`` engine tests.
+
+Processes (:func:`server`, :func:`refserver`): start on a free loopback port, wait for
 ``/health`` with a deadline, always kill the whole process group, log to a file (a pipe that
-nobody reads fills up and stalls a chatty server).
+nobody reads fills up and stalls a chatty server). Raw sockets in a thread (:func:`raw_server`,
+:func:`trickle_server`, :func:`endless_server`): replies no HTTP library would send. The fake
+OpenAI servers are in ``_fakes``.
 """
 
 from __future__ import annotations
@@ -66,63 +70,6 @@ def refserver(inverse: str, log: Path, allocator: str = "free"):
 
 
 @contextlib.contextmanager
-def stub_server(complete) -> Iterator[str]:
-    """An OpenAI-compatible stub in a thread: ``/v1/models`` lists ``stub``, ``/flush_cache``
-    answers 200, and ``/v1/completions`` returns ``complete(prompt, nth)`` as ``choices[0]``
-    plus ``usage`` (``nth`` counts earlier requests with the same prompt: 0 alone, 1 batch).
-    ``complete`` returns ``(text, completion_tokens, finish_reason)``; None leaves a field out.
-    """
-    import http.server
-    import json
-    import threading
-
-    seen: dict[str, int] = {}
-    lock = threading.Lock()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _send(self, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._send({"data": [{"id": "stub"}]})
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if not self.path.endswith("/completions"):
-                return self._send({"status": "ok"})
-            prompt = json.loads(body)["prompt"]
-            with lock:
-                nth = seen.get(prompt, 0)
-                seen[prompt] = nth + 1
-            text, count, finish = complete(prompt, nth)
-            choice: dict = {"index": 0, "text": text}
-            if finish is not None:
-                choice["finish_reason"] = finish
-            out: dict = {"choices": [choice]}
-            if count is not None:
-                out["usage"] = {"completion_tokens": count}
-            return self._send(out)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-@contextlib.contextmanager
 def raw_server(reply: bytes) -> Iterator[str]:
     """A TCP server in a thread that answers every connection with ``reply`` and closes it
     (bytes that need not be HTTP, or an HTTP head promising more body than it sends)."""
@@ -152,3 +99,75 @@ def raw_server(reply: bytes) -> Iterator[str]:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the thread
         sock.close()
+
+
+_JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+
+
+@contextlib.contextmanager
+def _socket_server(answer) -> Iterator[str]:
+    """Each connection in its own thread: its request read, then ``answer(conn)``."""
+    import threading
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    stop = threading.Event()
+
+    def one(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            answer(conn, stop)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+def trickle_server(every_s: float = 0.05):
+    """Answers a head promising 10**6 bytes, then one byte every ``every_s`` seconds until the
+    client goes (or 120 s): each read returns long before any per-read timeout."""
+
+    def answer(conn: socket.socket, stop) -> None:
+        conn.sendall(_JSON_HEAD + b"Content-Length: 1000000\r\n\r\n")
+        for _ in range(int(120 / every_s)):
+            if stop.wait(every_s):
+                return
+            conn.sendall(b" ")
+
+    return _socket_server(answer)
+
+
+@contextlib.contextmanager
+def endless_server(total: int) -> Iterator[tuple[str, list[int]]]:
+    """Answers a valid JSON ``/v1/models`` body of ``total`` bytes without a Content-Length
+    (read to the close), padded in 64 KiB writes; yields the URL and a list whose one number
+    grows by the bytes sent (the client that stops reading stops it)."""
+    sent = [0]
+    head = b'{"data": [{"id": "m"}], "pad": "'
+
+    def answer(conn: socket.socket, stop) -> None:
+        conn.sendall(_JSON_HEAD + b"Connection: close\r\n\r\n" + head)
+        pad, left = b"x" * 65536, total - len(head) - 2
+        while left > 0 and not stop.is_set():
+            chunk = pad[: min(left, len(pad))]
+            conn.sendall(chunk)
+            sent[0] += len(chunk)
+            left -= len(chunk)
+        conn.sendall(b'"}')
+
+    with _socket_server(answer) as url:
+        yield url, sent

@@ -76,7 +76,11 @@ CASES: dict[str, tuple[list[str], str]] = {
     "seed_huge": (["--seed", "9" * 400], "got 999999999999... (400 digits)"),
     "seed_float": (["--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),
     # http engine counts
-    "concurrency_zero": (["--url", URL, "--concurrency", "0"], "--concurrency must be >= 1"),
+    "concurrency_zero": (["--url", URL, "--concurrency", "0"], "--concurrency must be >= 2"),
+    "concurrency_one": (
+        ["--url", URL, "--concurrency", "1"],
+        "--concurrency must be >= 2 (a batch test needs two requests in flight at once",
+    ),
     "concurrency_huge": (
         ["--url", URL, "--concurrency", "100000000"],
         "--concurrency must be <= 1024",
@@ -90,6 +94,20 @@ CASES: dict[str, tuple[list[str], str]] = {
         ["--url", URL, "--max-tokens", "8", "--compare-tokens", "9"],
         "--compare-tokens must be in 1..--max-tokens (8), got 9",
     ),
+    "min_compared_zero": (["--url", URL, "--min-compared", "0"], "--min-compared must be >= 1"),
+    "min_compared_over": (
+        ["--url", URL, "--max-tokens", "4"],
+        "--max-tokens 4 is below --min-compared 8 (the fewest tokens compared per request",
+    ),
+    "min_compared_over_compare": (
+        ["--url", URL, "--compare-tokens", "6", "--min-compared", "7"],
+        "--compare-tokens 6 is below --min-compared 7",
+    ),
+    "drift_negative": (["--url", URL, "--drift-epsilon", "-1"], "--drift-epsilon must be a gap"),
+    "drift_nan": (["--url", URL, "--drift-epsilon", "nan"], "in [0, 10] (0: every difference"),
+    "drift_huge": (["--url", URL, "--drift-epsilon", "11"], "no near-tie), got 11.0"),
+    "reply_zero": (["--url", URL, "--max-reply-mib", "0"], "--max-reply-mib must be >= 1"),
+    "reply_huge": (["--url", URL, "--max-reply-mib", "4096"], "--max-reply-mib must be <= 1024"),
     "timeout_zero": (["--url", URL, "--timeout", "0"], "--timeout must be a number of seconds in"),
     "timeout_negative": (["--url", URL, "--timeout", "-5"], "got -5.0"),
     "timeout_nan": (["--url", URL, "--timeout", "nan"], "got nan"),
@@ -578,11 +596,11 @@ def test_ctrl_c_while_waiting_on_a_server(hostile_dir):
 
 
 def test_a_server_that_does_not_answer_times_out(hostile_dir):
-    """A listening socket that never answers: ``--timeout`` ends the wait with one line."""
+    """A listening socket that never answers: ``--timeout`` ends the wait with one line (a
+    server that answers a byte at a time: ``test_validate_http_transport``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
         run = run_cli(main, ["--url", url, "--timeout", "0.5", "--no-progress"])
-    _refused(run, f"cannot reach {url}/v1/models")
-    assert "timed out" in run.err
+    _refused(run, f"{url}/v1/models timed out: no whole answer within --timeout 0.5 s")

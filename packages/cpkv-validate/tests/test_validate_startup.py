@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _servers import stub_server
+from _fakes import stub_server
 from hostile_cli import run_interrupted_at_import
 
 # Runs first in a fresh interpreter: importing torch (or a submodule) fails loudly.
@@ -104,7 +104,8 @@ def test_the_refserver_needs_torch_once_its_arguments_are_good():
 
 def test_the_http_engine_runs_without_torch(tmp_path):
     with stub_server(lambda prompt, nth: (" a b c d", 4, "length")) as url:
-        proc = _no_torch("--url", url, "--concurrency", "2", "--max-tokens", "4", cwd=tmp_path)
+        argv = ["--url", url, "--concurrency", "2", "--max-tokens", "4", "--min-compared", "4"]
+        proc = _no_torch(*argv, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "OK: 2 requests" in proc.stdout
 
@@ -146,16 +147,20 @@ def test_a_pipe_gets_a_line_per_scenario_run_before_the_table():
     assert progress[-1] < title  # printed as each run finished, not with the table
 
 
+HTTP_3 = ["--concurrency", "2", "--max-tokens", "3", "--min-compared", "3"]
+
+
 def test_a_pipe_gets_a_line_per_completion_before_the_table():
     with stub_server(lambda prompt, nth: (" a b c", 3, "length")) as url:
-        lines = _merged("--url", url, "--concurrency", "2", "--max-tokens", "3")
+        lines = _merged("--url", url, *HTTP_3)
     progress = [i for i, line in enumerate(lines) if line.startswith("cpkv-validate: ")]
-    assert len(progress) == 4 and "1/4 alone r0: 3 (length) tokens" in lines[progress[0]]
+    # the reference, the batch and the reference again: 2 requests each
+    assert len(progress) == 6 and "1/6 reference r0: 3 words (length)" in lines[progress[0]]
     title = next(i for i, line in enumerate(lines) if line.startswith("cpkv-validate · "))
     assert progress[-1] < title
 
 
 def test_no_progress_silences_the_lines():
     with stub_server(lambda prompt, nth: (" a b c", 3, "length")) as url:
-        lines = _merged("--url", url, "--concurrency", "2", "--max-tokens", "3", "--no-progress")
+        lines = _merged("--url", url, *HTTP_3, "--no-progress")
     assert not [line for line in lines if line.startswith("cpkv-validate: ")]

@@ -122,6 +122,9 @@ def test_continuous_batching_returns_every_request_its_own_tokens(served, model_
     # transformers serve ignores logprobs and has no cache flush: say so in the report
     assert report.config["token_source"] == "whitespace-split text"
     assert report.config["cache_flush"].startswith("unavailable")
+    assert report.config["reference_isolation"].startswith("no cache flush offered")
+    assert "the drift rule could not apply" in report.config["drift_rule_text"]
+    assert report.config["max_in_flight"] >= 2
 
 
 # Runs in its own interpreter: loading the tokenizer and generating inside the pytest process
@@ -176,14 +179,19 @@ def test_greedy_choices_have_wide_margins(served, model_path):
 
 
 class _LeakingProxy(ThreadingHTTPServer):
-    """Forwards everything to ``upstream``; once the engine has asked for a cache flush (the
-    line between its sequential and concurrent phases), each completion is sent upstream with
-    the prompt of the completion before it: the real server's output for another request."""
+    """Forwards everything to ``upstream``; in the batch (after the engine's flush before it:
+    one flush per reference request comes first), each completion is sent upstream with the
+    prompt of the completion before it: the real server's output for another request. The
+    reference runs, before and after, go through untouched."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream, self.flushed, self.prev = upstream, False, None
+        self.upstream, self.flushes, self.prev = upstream, 0, None
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+    @property
+    def in_batch(self) -> bool:
+        return self.flushes == REQUESTS + 1
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -214,9 +222,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         proxy = self.server
-        if self.path.rstrip("/") in ("/flush_cache", "/reset_prefix_cache"):
-            proxy.flushed = True
-        elif self.path.rstrip("/") == "/v1/completions" and proxy.flushed:
+        if self.path.rstrip("/") == "/flush_cache":  # the engine tries it first, then vLLM's
+            with proxy.lock:
+                proxy.flushes += 1
+        elif self.path.rstrip("/") == "/v1/completions" and proxy.in_batch:
             req = json.loads(body)
             with proxy.lock:
                 swap, proxy.prev = proxy.prev, req["prompt"]

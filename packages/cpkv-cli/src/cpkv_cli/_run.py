@@ -20,7 +20,8 @@ def run(
 
     - an :class:`InputError`, an :class:`OutputError` or an exception of ``errors`` (a
       package's own error classes): one line ``prog: error: ...`` on stderr, exit 2 (usage
-      errors are :class:`OneLineParser`'s, whose ``SystemExit`` passes through);
+      errors are :class:`OneLineParser`'s, whose ``SystemExit`` passes through); so is the
+      last flush of stdout failing (``print`` into ``> /dev/full``);
     - a reader that closed stdout: the rest of the output is dropped quietly
       (:func:`quiet_on_closed_stdout`);
     - Ctrl-C, at any point of ``body`` (a heavy import included): ``prog: interrupted`` plus
@@ -34,7 +35,10 @@ def run(
             except (InputError, OutputError, *errors) as exc:
                 return refuse(prog, exc)
 
-        return quiet_on_closed_stdout(guarded)
+        try:
+            return quiet_on_closed_stdout(guarded)
+        except OutputError as exc:  # the last flush of stdout failed (a full disk)
+            return refuse(prog, exc)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted{interrupted()}", file=sys.stderr)
         return 130

@@ -34,11 +34,7 @@ def emit(text: str, *, end: str = "\n") -> None:
         drop_stdout()
     except OSError as exc:
         drop_stdout()
-        reason = exc.strerror or type(exc).__name__
-        raise OutputError(
-            f"cannot write the output to stdout ({reason}), so it is incomplete; fix: send it to "
-            f"a file on a disk with space, or to a pipe"
-        ) from None
+        raise _write_failed(exc) from None
 
 
 class QuietStdout:
@@ -73,18 +69,41 @@ def quiet_on_closed_stdout(run: Callable[[], int]) -> int:
     does) surfaces a closed stdout here rather than at interpreter exit. A ``BrokenPipeError`` is
     taken for a closed stdout only when stdout's descriptor reports its reader gone; one from
     anything else (a server's socket) propagates.
+
+    Raises:
+        OutputError: that flush failed otherwise (``> /dev/full``): text a plain ``print`` left
+            in the buffer is lost. Before, this was a traceback and exit 1 at interpreter exit.
     """
     try:
         try:
             return run()
         finally:
-            if sys.stdout is not None:
-                sys.stdout.flush()
+            _flush_stdout()
     except BrokenPipeError:
         if not stdout_reader_gone():
             raise
         drop_stdout()
         return 0
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        drop_stdout()
+        raise _write_failed(exc) from None
+
+
+def _write_failed(exc: OSError) -> OutputError:
+    reason = exc.strerror or type(exc).__name__
+    return OutputError(
+        f"cannot write the output to stdout ({reason}), so it is incomplete; fix: send it to "
+        f"a file on a disk with space, or to a pipe"
+    )
 
 
 def stdout_reader_gone() -> bool:

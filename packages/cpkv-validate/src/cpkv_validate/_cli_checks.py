@@ -14,8 +14,9 @@ import resource
 from cpkv_cli import InputError
 
 from . import _limits as lim
+from ._json_target import json_target
 from ._scenarios import SCENARIOS, scenario_names
-from ._targets import check_output_path, check_url
+from ._targets import check_url
 
 __all__ = ["DEFAULT_CP", "check_args", "plan"]
 
@@ -40,19 +41,25 @@ HTTP_ONLY = {
     "requests": None,
     "max_tokens": 32,
     "compare_tokens": None,
+    "min_compared": lim.MIN_COMPARED,
+    "drift_epsilon": lim.DRIFT_EPSILON,
     "timeout": 120.0,
+    "max_reply_mib": lim.MAX_REPLY_MIB,
 }
 
 # flag -> (lowest, why not lower, highest, why not higher)
 _BOUNDS = {
     "seed": (0, "a seed is a non-negative 64-bit integer", lim.MAX_SEED,
              "torch generators and servers take signed 64-bit seeds"),
-    "concurrency": (1, "the batch needs a request in flight", lim.MAX_CONCURRENCY,
+    "concurrency": (lim.MIN_CONCURRENCY, "a batch test needs two requests in flight at once; "
+                    "at 1 nothing overlaps", lim.MAX_CONCURRENCY,
                     "each is a thread and a socket; 1024 fill any batch a server forms"),
     "requests": (2, "a batch needs two requests", lim.MAX_REQUESTS,
                  "the golden run completes them one at a time"),
     "max_tokens": (1, "a completion has a token", lim.MAX_TOKENS,
                    "the check compares a short greedy window"),
+    "max_reply_mib": (1, "a completion with logprobs needs room", lim.MAX_REPLY_MIB_LIMIT,
+                      "a reply is parsed in memory, several times its size"),
 }  # fmt: skip
 
 
@@ -94,8 +101,7 @@ def check_args(args: argparse.Namespace) -> None:
         _check_reference(args)
     for name in ("seed",):
         _bound(name, getattr(args, name))
-    if args.json is not None:
-        check_output_path(args.json)
+    args.json_target = None if args.json is None else json_target(args.json)
     for name, default in {**REFERENCE_ONLY, **HTTP_ONLY}.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -122,7 +128,7 @@ def _check_http(args: argparse.Namespace) -> None:
             f"{_join(given)} {_verb(given)} to the reference engine only (a server has its own "
             f"layout, CP and scenarios); drop them or --url"
         )
-    for name in ("concurrency", "requests", "max_tokens"):
+    for name in ("concurrency", "requests", "max_tokens", "max_reply_mib"):
         _bound(name, getattr(args, name))
     max_tokens = HTTP_ONLY["max_tokens"] if args.max_tokens is None else args.max_tokens
     n = args.compare_tokens
@@ -131,6 +137,7 @@ def _check_http(args: argparse.Namespace) -> None:
             f"--compare-tokens must be in 1..--max-tokens ({max_tokens}), got {_show(n)}; "
             f"compare fewer tokens or raise --max-tokens"
         )
+    _check_evidence(args, max_tokens if n is None else n)
     t = args.timeout
     if t is not None and not (math.isfinite(t) and 0 < t <= lim.MAX_TIMEOUT_S):
         raise InputError(
@@ -147,6 +154,26 @@ def _check_http(args: argparse.Namespace) -> None:
         raise InputError(
             f"--concurrency {concurrency} needs a socket per request but the open-file limit is "
             f"{soft} ({lim.FD_RESERVE} kept free); lower --concurrency or raise ulimit -n"
+        )
+
+
+def _check_evidence(args: argparse.Namespace, compared: int) -> None:
+    """``--min-compared`` within the tokens compared, ``--drift-epsilon`` a sane gap."""
+    least = args.min_compared
+    if least is not None and least < 1:
+        raise InputError(f"--min-compared must be >= 1 (a token compared); got {_show(least)}")
+    if (least or lim.MIN_COMPARED) > compared:
+        given = "--compare-tokens" if args.compare_tokens is not None else "--max-tokens"
+        raise InputError(
+            f"{given} {compared} is below --min-compared {least or lim.MIN_COMPARED} (the fewest "
+            f"tokens compared per request that count as evidence); compare more tokens, or "
+            f"pass --min-compared {compared} to accept less evidence"
+        )
+    eps = args.drift_epsilon
+    if eps is not None and not (math.isfinite(eps) and 0 <= eps <= lim.MAX_DRIFT_EPSILON):
+        raise InputError(
+            f"--drift-epsilon must be a gap in nats in [0, {lim.MAX_DRIFT_EPSILON:g}] (0: every "
+            f"difference is a leak; a wider gap is no near-tie), got {eps}"
         )
 
 

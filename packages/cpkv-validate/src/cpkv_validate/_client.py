@@ -1,139 +1,135 @@
-"""A minimal OpenAI ``/v1/completions`` client on the standard library, for the ``http`` engine.
+"""A minimal OpenAI ``/v1/completions`` client for the ``http`` engine (standard library only).
 
-Every way a server can fail us is a :class:`ServerError` (a ``ConnectionError``) whose message is
-one line naming the URL and what came back: no answer, a refused connection, bytes that are not
-HTTP, a body shorter than its ``Content-Length``, an HTTP error status, a body that is not JSON or
-not shaped like the OpenAI API. The command prints that line and exits 2; before, a non-HTTP reply
-or a short body escaped as a traceback with exit 1, the code for contamination.
+Each request runs under one deadline and one reply cap (``_transport``). Every way a server can
+fail us is a :class:`ServerError` whose message is one line naming the URL and what came back:
+no answer in time, a refused connection, bytes that are not HTTP, a body cut short or too large,
+an HTTP error status, a body that is not JSON or not shaped like the OpenAI API. The command
+prints that line and exits 2 (exit 1 means contamination).
+
+Tokens are counted from the reply itself: ``logprobs.tokens``, else the words of the text. The
+server's ``usage.completion_tokens`` is kept beside that count, never used for it: a server
+answered one word and said 32.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
+
+from ._drift import top2_margin
+from ._limits import MAX_REPLY_MIB
+from ._transport import Reply, ServerError, fetch, one_line
 
 __all__ = ["Completion", "CompletionsClient", "ServerError"]
 
 _WORD = re.compile(r"\S+")
-
-
-class ServerError(ConnectionError):
-    """The server could not be used: a transport or protocol failure, in one line."""
+#: Where SGLang lists its server arguments (``enable_deterministic_inference`` among them).
+SERVER_INFO = ("/get_server_info", "/server_info")
+#: Cache flushes: SGLang, vLLM.
+FLUSHES = ("/flush_cache", "/reset_prefix_cache")
 
 
 @dataclass(frozen=True)
 class Completion:
-    """One greedy completion as the server reported it.
+    """One greedy completion as the server answered it.
 
     Attributes:
-        tokens: the generated tokens compared (``logprobs.tokens``, else the text split on
-            whitespace).
-        generated: how many tokens the server says it generated (``usage.completion_tokens``),
-            else ``len(tokens)``.
-        finish_reason: the server's ``choices[0].finish_reason`` (``"stop"``: it ended the text
-            itself; ``"length"``: it hit ``max_tokens``), or None when it gave none.
+        text: the generated text (``choices[0].text``, else the tokens joined).
+        tokens: the units compared: ``logprobs.tokens``, else the text split on whitespace.
+        source: ``"logprobs"`` or ``"words"``, where ``tokens`` came from.
+        margins: per token, the gap between its top two logprobs (``top_logprobs``), or None
+            where the server gave no top logprobs at all.
+        usage: the server's own count (``usage.completion_tokens``), or None; shown, not used.
+        finish_reason: ``choices[0].finish_reason`` (``"stop"``, ``"length"``) or None.
     """
 
+    text: str
     tokens: list[str]
-    generated: int
+    source: str
+    margins: list[float | None] | None
+    usage: int | None
     finish_reason: str | None
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class CompletionsClient:
-    """``/v1/models`` and greedy ``/v1/completions`` (one request per thread).
+    """``/v1/models``, greedy ``/v1/completions`` and SGLang's extras (one request per thread).
 
     Args:
         url: server base URL (``http://host:port`` or ``http://host:port/v1``).
-        timeout: seconds per request.
+        timeout: seconds per whole request, connect to last byte.
+        max_reply_bytes: largest reply read; a larger one is refused.
     """
 
-    def __init__(self, url: str, timeout: float = 120.0) -> None:
+    def __init__(
+        self, url: str, timeout: float = 120.0, max_reply_bytes: int = MAX_REPLY_MIB << 20
+    ) -> None:
         base = url.rstrip("/")
         self.base = base if base.endswith("/v1") else base + "/v1"
-        self.timeout = timeout
-        self.logprobs = True  # ask for per-token output; dropped if the server refuses it
-        self.token_sources: set[str] = set()  # where the compared tokens came from
+        self.root = self.base[: -len("/v1")]
+        self.timeout, self.max_bytes = timeout, max_reply_bytes
+        self.logprobs = True  # ask for top-2 logprobs; dropped if the server refuses them
 
-    def _open(self, url: str, data: bytes | None, method: str | None = None) -> bytes:
-        """POST/GET ``url``; the body, or :class:`ServerError` (``HTTPError`` passes through)."""
-        req = urllib.request.Request(
-            url, data=data, headers={"Content-Type": "application/json"}, method=method
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError:
-            raise
-        except (urllib.error.URLError, OSError) as exc:
-            raise ServerError(_one_line(f"cannot reach {url}: {exc}")) from None
-        except http.client.HTTPException as exc:  # not HTTP, a short body, a header too long
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise ServerError(
-                _one_line(
-                    f"{url} did not answer valid HTTP ({what}); is --url an OpenAI-compatible "
-                    f"server?"
-                )
-            ) from None
-
-    def _call(self, path: str, body: dict | None = None) -> object:
+    def _fetch(self, url: str, body: dict | None = None, method: str | None = None) -> Reply:
         data = None if body is None else json.dumps(body).encode()
-        raw = self._open(self.base + path, data)
+        method = method or ("GET" if data is None else "POST")
+        return fetch(url, data=data, method=method, timeout=self.timeout, max_bytes=self.max_bytes)
+
+    def _json(self, reply: Reply, url: str) -> object:
         try:
-            return json.loads(raw)
+            return json.loads(reply.body)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, nested without end
             raise ServerError(
-                f"{self.base}{path} did not answer JSON (it began {raw[:40]!r}); is --url an "
+                f"{url} did not answer JSON (it began {reply.body[:40]!r}); is --url an "
                 f"OpenAI-compatible server?"
             ) from None
 
-    def _refused(self, path: str, exc: urllib.error.HTTPError) -> ServerError:
+    def _refused(self, url: str, reply: Reply) -> ServerError:
         return ServerError(
-            _one_line(
-                f"{self.base}{path} answered HTTP {exc.code} {exc.reason}; is --url an "
+            one_line(
+                f"{url} answered HTTP {reply.status} {reply.reason}; is --url an "
                 f"OpenAI-compatible server (and --model one it serves)?"
             )
         )
 
-    def flush_cache(self) -> str | None:
-        """Drop the server's prefix cache (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``).
-
-        Returns:
-            The endpoint that worked, or None when the server has neither.
-        """
-        root = self.base[: -len("/v1")]
-        for path in ("/flush_cache", "/reset_prefix_cache"):
-            try:
-                self._open(root + path, b"", method="POST")
-            except urllib.error.HTTPError:
-                continue
-            return path
-        return None
-
     def models(self) -> list[str]:
         """The model names ``/v1/models`` lists."""
-        try:
-            out = self._call("/models")
-        except urllib.error.HTTPError as exc:
-            raise self._refused("/models", exc) from None
+        url = self.base + "/models"
+        reply = self._fetch(url)
+        if reply.status != 200:
+            raise self._refused(url, reply)
+        out = self._json(reply, url)
         data = out.get("data") if isinstance(out, dict) else None
         if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
             raise ServerError(
-                f"{self.base}/models did not list models as {{'data': [{{'id': ...}}]}}; pass "
-                f"--model NAME"
+                f"{url} did not list models as {{'data': [{{'id': ...}}]}}; pass --model NAME"
             )
         return [str(m["id"]) for m in data]
 
+    def server_info(self) -> tuple[str, dict] | None:
+        """(endpoint, SGLang's server arguments) where the server lists them, else None."""
+        for path in SERVER_INFO:
+            reply = self._fetch(self.root + path)
+            if reply.status != 200:
+                continue
+            try:
+                info = json.loads(reply.body)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(info, dict):
+                return path, info
+        return None
+
+    def flush_cache(self) -> str | None:
+        """Drop the server's prefix cache; the endpoint that did, or None when none did."""
+        for path in FLUSHES:
+            if self._fetch(self.root + path, method="POST").status == 200:
+                return path
+        return None
+
     def generate(self, model: str, prompt: str, max_tokens: int, seed: int) -> Completion:
-        """Greedy completion of ``prompt`` (temperature 0, top_p 1, ``seed``)."""
+        """Greedy completion of ``prompt`` (temperature 0, top_p 1, ``seed``), with top-2
+        logprobs where the server takes them."""
         body = {
             "model": model,
             "prompt": prompt,
@@ -142,20 +138,16 @@ class CompletionsClient:
             "top_p": 1,
             "seed": seed,
         }
-        try:
-            if self.logprobs:
-                try:
-                    out = self._call("/completions", {**body, "logprobs": 1})
-                except urllib.error.HTTPError as exc:
-                    if exc.code not in (400, 422, 501):
-                        raise
-                    self.logprobs = False
-                    return self.generate(model, prompt, max_tokens, seed)
-            else:
-                out = self._call("/completions", body)
-        except urllib.error.HTTPError as exc:
-            raise self._refused("/completions", exc) from None
-        return self._completion(out)
+        url = self.base + "/completions"
+        if self.logprobs:
+            reply = self._fetch(url, {**body, "logprobs": 2})
+            if reply.status in (400, 422, 501):
+                self.logprobs = False
+        if not self.logprobs:
+            reply = self._fetch(url, body)
+        if reply.status != 200:
+            raise self._refused(url, reply)
+        return self._completion(self._json(reply, url))
 
     def complete(self, model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
         """Greedy completion of ``prompt``; the generated tokens (see :meth:`generate`)."""
@@ -172,23 +164,33 @@ class CompletionsClient:
                 f"is --url an OpenAI-compatible server?"
             ) from None
         logprobs = choice.get("logprobs")
-        toks = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+        logprobs = logprobs if isinstance(logprobs, dict) else {}
+        toks = logprobs.get("tokens")
         if toks is not None and not (
             isinstance(toks, list) and all(isinstance(t, str) for t in toks)
         ):
             raise self._malformed("choices[0].logprobs.tokens is not a list of strings")
-        if not toks and text is not None and not isinstance(text, str):
+        if text is not None and not isinstance(text, str):
             raise self._malformed(f"choices[0].text is a {type(text).__name__}, not a string")
         finish = choice.get("finish_reason")
         if finish is not None and not isinstance(finish, str):
             raise self._malformed(f"choices[0].finish_reason is {finish!r}, not a string")
         # a server may accept logprobs and still not return them (transformers serve)
-        self.token_sources.add("logprobs.tokens" if toks else "whitespace-split text")
         tokens = list(toks) if toks else _WORD.findall(text or "")
+        top = logprobs.get("top_logprobs") if toks else None
+        margins = [top2_margin(t) for t in top] if isinstance(top, list) else None
+        if margins is not None and all(m is None for m in margins):
+            margins = None
         usage = out.get("usage") if isinstance(out, dict) else None
         counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        generated = counted if type(counted) is int and counted >= 0 else len(tokens)
-        return Completion(tokens, generated, finish)
+        return Completion(
+            text=text if text is not None else "".join(tokens),
+            tokens=tokens,
+            source="logprobs" if toks else "words",
+            margins=margins,
+            usage=counted if type(counted) is int and counted >= 0 else None,
+            finish_reason=finish,
+        )
 
     def _malformed(self, what: str) -> ServerError:
         return ServerError(

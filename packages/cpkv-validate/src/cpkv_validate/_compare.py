@@ -29,12 +29,15 @@ class RequestResult:
         rows: rows compared (tokens it computed at batch N, or generated tokens for http).
         max_abs_diff: largest |batch N - golden| over those rows (inf on NaN or a length change).
         first_bad: first position whose row differs beyond tolerance, or None.
-        verdict: ``PASS``, ``FAIL`` (contamination: rows differ or a foreign row was read),
-            or ``SHORT`` (http: a run too short to be evidence; see ``_http``).
+        verdict: ``PASS``, ``FAIL`` (contamination: rows differ or a foreign row was read);
+            http also ``SHORT`` (too few tokens compared to be evidence) and ``DRIFT`` (the
+            first difference is a near-tie, not a leak; see ``_judge``).
         leak_sources: requests whose KV (or text) showed up in this one's.
         leaks: details (layer, kind, position, source) from the reference engine's audit.
         evidence: http: tokens each run generated and why it ended, e.g.
-            ``{"alone": "32 (length)", "batch": "0 (length)"}``; None for the reference engine.
+            ``{"reference": "32 tokens (length)", "batch": ...}``; None for the reference engine.
+        detail: http: the outputs of every run, the compared tokens, the divergence and its
+            margins, foreign markers found and the reasons for the verdict.
     """
 
     scenario: str
@@ -47,6 +50,7 @@ class RequestResult:
     leak_sources: list[str] = field(default_factory=list)
     leaks: list[dict[str, object]] = field(default_factory=list)
     evidence: dict[str, str] | None = None
+    detail: dict[str, object] | None = None
 
 
 @dataclass
@@ -65,7 +69,8 @@ class ScenarioResult:
 
     @property
     def ok(self) -> bool:
-        return all(r.verdict == "PASS" for r in self.requests)
+        """No contamination and evidence enough: every request PASS (or DRIFT, a near-tie)."""
+        return all(r.verdict in ("PASS", "DRIFT") for r in self.requests)
 
 
 @dataclass

@@ -1,42 +1,37 @@
 """The ``http`` engine: check a live OpenAI-compatible server for cross-request contamination.
 
 Every request shares one long prefix (so the server's prefix cache shares its pages) and then
-carries its own marker. Each prompt is first completed alone, one at a time (the batch-size-1
-golden, which also warms the prefix cache), then all of them at once with ``--concurrency``
-threads (the batch). Decoding is greedy (temperature 0, top_p 1) with a fixed seed.
+carries its own marker (``_markers``). Three runs, greedy (temperature 0, top_p 1, fixed seed):
 
-The comparison rule: the first ``compare_tokens`` generated tokens of each request must equal its
-golden exactly (tolerance: 0 differing tokens). A server whose arithmetic depends on the batch
-can still flip a greedy choice where the top two logits are closer than that noise, and after a
-flip everything differs; comparing only the first N tokens keeps that window short, and a model
-whose greedy choices have wide margins (the test's, checked offline) leaves no room for it. A
-leak is attributed to request j when j's marker shows up in the diverged output, or when the
-diverged tokens continue j's own golden output.
+1. the reference: each prompt alone, one at a time, after a cache flush where the server has one
+   (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``) and the shared prefix cached again, so
+   no request sees another's state; without a flush the report says the reference may share the
+   server's cache (the marker check still catches a cache-wide leak);
+2. the batch: every prompt at once on ``--concurrency`` threads, after a flush (so the batch
+   shares a freshly cached prefix, not each prompt's own copy), with the overlap measured
+   (``_batch``);
+3. the reference again, as in 1: where it differs from the first, the server changed under load.
 
-The evidence rule: equal outputs prove nothing when there is nothing to compare. A request whose
-alone or batch run generated fewer than ``max_tokens`` tokens without the server saying it
-stopped (finish reason ``"stop"``), or that has no token to compare at all, is ``SHORT``, not
-``PASS``: a server that generates nothing (or one token of 32) would otherwise look clean.
-Columns: ``compared`` is the token positions looked at (the first ``compare_tokens`` positions
-either run produced); ``differing`` counts those whose tokens differ or that one run lacks, so it
-never exceeds ``compared``.
+Each request is then judged (``_judge``): foreign markers, the batch against the reference under
+the drift rule (``_drift``), the two references against each other, and the evidence count.
 """
 
 from __future__ import annotations
 
+import functools
 import random
-import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
+from ._batch import max_in_flight, run_concurrently
 from ._client import Completion, CompletionsClient
-from ._compare import Report, RequestResult, ScenarioResult
+from ._compare import Report, ScenarioResult
+from ._drift import EXACT, MARGIN
+from ._judge import RUNS, SCENARIO, SHORT, Rule, judge
+from ._limits import DRIFT_EPSILON, MAX_REPLY_MIB, MIN_COMPARED
+from ._markers import make_marker, marker_pieces
+from ._progress import progress
 
-__all__ = ["CompletionsClient", "evidence_short", "make_prompts", "run_http", "token_diff"]
-
-#: Verdict of a request whose runs are too short to be evidence (see the module docstring).
-SHORT = "SHORT"
+__all__ = ["CompletionsClient", "make_prompts", "run_http"]
 
 
 def make_prompts(
@@ -51,7 +46,7 @@ def make_prompts(
     prefix = " ".join(f"w{rng.randrange(1000)}" for _ in range(prefix_words))
     out = []
     for i in range(n):
-        marker = f"MARK{i:02d}x{rng.randrange(16**4):04x}"
+        marker = make_marker(i, rng)
         text = " ".join([marker if k % 4 == 0 else f"w{rng.randrange(1000)}" for k in range(24)])
         prompt = (
             f"{prefix} Request {i} marker {marker} : {text} . Repeat the marker of request {i} :"
@@ -60,92 +55,18 @@ def make_prompts(
     return prefix, out
 
 
-def token_diff(
-    got: list[str], want: list[str], first_n: int | None = None
-) -> tuple[int, int | None]:
-    """(number of differing token positions, first differing index or None).
-
-    Only the first ``first_n`` positions count (all when None); a position one side lacks differs.
-    """
-    if first_n is not None:
-        got, want = got[:first_n], want[:first_n]
-    n = max(len(got), len(want))
-    bad = [i for i in range(n) if i >= len(got) or i >= len(want) or got[i] != want[i]]
-    return len(bad), (bad[0] if bad else None)
-
-
-def _attribute(
-    i: int, got: list[str], golden: list[list[str]], markers: list[str], first: int
-) -> list[str]:
-    text = " ".join(got[first:])
-    found = [f"r{j}" for j, mk in enumerate(markers) if j != i and mk in text]
-    if found:
-        return found
-    tail = got[first : first + 3]
-    for j, g in enumerate(golden):
-        if j != i and len(tail) == 3 and any(g[k : k + 3] == tail for k in range(len(g))):
-            found.append(f"r{j}")
-    return found
-
-
-def evidence_short(run: Completion, max_tokens: int) -> bool:
-    """Whether ``run`` is too short to be evidence: fewer than ``max_tokens`` generated tokens
-    while the server did not say it stopped by itself (finish reason ``"stop"``)."""
-    return run.generated < max_tokens and run.finish_reason != "stop"
-
-
-def _evidence(run: Completion) -> str:
-    return f"{run.generated} ({run.finish_reason or 'no finish reason'})"
-
-
-def _result(
-    i: int,
-    prompts: list[tuple[str, str, str]],
-    alone: list[Completion],
-    batch: list[Completion],
-    n_cmp: int,
-    max_tokens: int,
-) -> RequestResult:
-    """Request ``i``: FAIL on a differing token, else SHORT without evidence, else PASS."""
-    name, marker, _ = prompts[i]
-    got, want = batch[i].tokens, alone[i].tokens
-    n_bad, first = token_diff(got, want, n_cmp)
-    compared = max(len(got[:n_cmp]), len(want[:n_cmp]))
-    golden = [c.tokens for c in alone]
-    markers = [mk for _, mk, _ in prompts]
-    sources = _attribute(i, got, golden, markers, first) if first is not None else []
-    short = compared == 0 or any(evidence_short(r, max_tokens) for r in (alone[i], batch[i]))
-    verdict = "FAIL" if n_bad else SHORT if short else "PASS"
-    return RequestResult(
-        scenario="http_shared_prefix",
-        request=name,
-        marker=marker,
-        rows=compared,
-        max_abs_diff=float(n_bad),
-        first_bad=first,
-        verdict=verdict,
-        leak_sources=sources,
-        evidence={"alone": _evidence(alone[i]), "batch": _evidence(batch[i])},
-    )
-
-
-class _Lines:
-    """Progress as plain lines on stderr, one per finished completion (for pipes and logs).
-
-    A rich bar redraws one line on a terminal; in a pipe or a log it is noise and was disabled,
-    which left the command silent until the whole table came out.
-    """
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done = total, 0
-
-    def __call__(self, phase: str, name: str, run: Completion) -> None:
-        self.done += 1
-        print(
-            f"cpkv-validate: {self.done}/{self.total} {phase} {name}: {_evidence(run)} tokens",
-            file=sys.stderr,
-            flush=True,
+def _check(concurrency: int, max_tokens: int, compare_tokens: int | None, least: int) -> int:
+    n_cmp = max_tokens if compare_tokens is None else compare_tokens
+    if not 1 <= n_cmp <= max_tokens:
+        raise ValueError(
+            f"compare_tokens={compare_tokens} must be in 1..max_tokens ({max_tokens}); fix: "
+            f"raise max_tokens or compare fewer tokens"
         )
+    if concurrency < 2:
+        raise ValueError(f"concurrency={concurrency}: a batch test needs 2 requests in flight")
+    if not 1 <= least <= n_cmp:
+        raise ValueError(f"min_compared={least} must be in 1..compare_tokens ({n_cmp})")
+    return n_cmp
 
 
 def run_http(
@@ -156,66 +77,73 @@ def run_http(
     requests: int = 8,
     max_tokens: int = 32,
     compare_tokens: int | None = None,
+    min_compared: int = MIN_COMPARED,
+    drift_epsilon: float = DRIFT_EPSILON,
     seed: int = 0,
     timeout: float = 120.0,
+    max_reply_bytes: int = MAX_REPLY_MIB << 20,
     show_progress: bool = True,
 ) -> Report:
-    """Golden (sequential) vs batch (concurrent) greedy completions; one result per request.
+    """Reference (alone, before and after) vs batch (concurrent) greedy completions.
 
     Args:
-        compare_tokens: how many leading generated tokens must match (default ``max_tokens``).
+        compare_tokens: how many leading generated tokens are compared (default ``max_tokens``).
+        min_compared: fewest compared tokens per request that count as evidence.
+        drift_epsilon: top-two logprob gap at or below which a first difference is drift
+            (0: every difference is a leak).
+        timeout: seconds per whole request; ``max_reply_bytes``: largest reply read.
         show_progress: a bar on a terminal stderr, else a line per completion.
 
     Raises:
         ServerError: a transport or protocol failure (one line).
+        ValueError: arguments out of range.
     """
-    from rich.console import Console
-    from rich.progress import Progress
-
-    n_cmp = max_tokens if compare_tokens is None else compare_tokens
-    if not 1 <= n_cmp <= max_tokens:
-        raise ValueError(
-            f"compare_tokens={compare_tokens} must be in 1..max_tokens ({max_tokens}); fix: "
-            f"raise max_tokens or compare fewer tokens"
-        )
+    n_cmp = _check(concurrency, max_tokens, compare_tokens, min_compared)
     t0 = time.perf_counter()
-    client = CompletionsClient(url, timeout)
+    client = CompletionsClient(url, timeout, max_reply_bytes)
     if model is None:
-        names = client.models()
-        model = names[0] if names else "default"
+        served = client.models()
+        model = served[0] if served else "default"
+    info = client.server_info()
+    deterministic = info is not None and info[1].get("enable_deterministic_inference") is True
     prefix, prompts = make_prompts(requests, seed)
-    warm = f"{prefix} Warmup request"  # caches the shared prefix, as a system prompt would be
-    bar_console = Console(stderr=True)  # stdout carries the report (and may be a pipe)
-    show = show_progress and bar_console.is_terminal  # a bar in a log file is noise
-    lines: Callable[[str, str, Completion], None] | None = None
-    if show_progress and not show:
-        lines = _Lines(2 * len(prompts))
-    with Progress(transient=True, disable=not show, console=bar_console) as bar:
-        task = bar.add_task("golden (sequential)", total=2 * len(prompts))
+    names, markers, texts = (list(x) for x in zip(*prompts, strict=True))
+    # the shared prefix, cached as a system prompt would be: every run reads it from the cache
+    warm = f"{prefix} Warmup request"
+    n = len(prompts)
 
-        def one(phase: str, name: str, text: str) -> Completion:
-            out = client.generate(model, text, max_tokens, seed)
-            bar.advance(task)
-            if lines:
-                lines(phase, name, out)
+    with progress(3 * n, show_progress) as shown:
+
+        def one(phase: str, i: int) -> Completion:
+            out = client.generate(model, texts[i], max_tokens, seed)
+            shown(phase, names[i], out)
             return out
 
-        client.generate(model, warm, 1, seed)
-        alone = [one("alone", name, text) for name, _, text in prompts]
-        # Without a flush the batch would hit each prompt's own cached copy from its golden run
-        # and never share a partially filled prefix page with another request.
-        flushed = client.flush_cache()
-        client.generate(model, warm, 1, seed)
-        bar.update(task, description=f"batch (concurrency {concurrency})")
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            batch = list(pool.map(lambda p: one("batch", p[0], p[2]), prompts))
-    results = [_result(i, prompts, alone, batch, n_cmp, max_tokens) for i in range(len(prompts))]
-    sc = ScenarioResult(
-        "http_shared_prefix",
-        "shared-prefix prompts with distinct markers: concurrent batch vs sequential golden "
-        f"(greedy); diff = differing token positions among the first {n_cmp} generated",
-        results,
-    )
+        def fresh() -> str | None:
+            flushed = client.flush_cache()
+            client.generate(model, warm, 1, seed)
+            return flushed
+
+        def reference(phase: str) -> tuple[list[Completion], list[str | None]]:
+            outs, flushes = [], []
+            for i in range(n):
+                flushes.append(fresh())
+                outs.append(one(phase, i))
+            return outs, flushes
+
+        before, flushes = reference("reference")
+        shown.phase(f"batch (concurrency {concurrency})")
+        fresh()
+        jobs = [functools.partial(one, "batch", i) for i in range(n)]
+        batch, intervals = run_concurrently(jobs, concurrency, wait_s=timeout)
+        shown.phase("reference after the batch")
+        after, flushes_after = reference("reference after")
+    runs = dict(zip(RUNS, (before, batch, after), strict=True))
+    how, rule_text = _rule(deterministic, info, drift_epsilon, runs)
+    rule = Rule(n_cmp, min_compared, how, drift_epsilon if how == MARGIN else 0.0)
+    pieces = marker_pieces(markers)
+    results = [judge(i, names, markers, pieces, runs, rule) for i in range(n)]
+    t_start = min(s for s, _ in intervals)
     config = {
         "engine": "http",
         "url": url,
@@ -224,14 +152,78 @@ def run_http(
         "requests": requests,
         "max_tokens": max_tokens,
         "compare_tokens": n_cmp,
+        "min_compared": min_compared,
         "seed": seed,
-        "tolerance": 0,
+        "timeout_s": timeout,
+        "max_reply_bytes": max_reply_bytes,
+        "tolerance": 0 if rule.kind == EXACT else f"drift within {rule.epsilon:g} nats",
         "diff_unit": f"differing token positions among the first {n_cmp} generated",
         "evidence_rule": (
-            f"each run generates {max_tokens} tokens or ends with finish reason 'stop'; a "
-            f"request with less, or with nothing to compare, is {SHORT}"
+            f"at least {min_compared} tokens compared per request, counted from the reply "
+            f"(logprob tokens, else words of the text; never usage), else {SHORT}"
         ),
-        "token_source": " + ".join(sorted(client.token_sources)),
-        "cache_flush": flushed or "unavailable (the batch may reuse the golden runs' cache)",
+        "token_source": _token_source(runs),
+        "drift_rule": rule.kind,
+        "drift_epsilon": rule.epsilon if rule.kind == MARGIN else None,
+        "drift_rule_text": rule_text,
+        "server_info": info[0] if info else None,
+        "deterministic_inference": deterministic,
+        "cache_flush": next((f for f in flushes if f), None)
+        or "unavailable (the reference may share the server's cache)",
+        "reference_isolation": _isolation(flushes + flushes_after),
+        "max_in_flight": max_in_flight(intervals),
+        "batch_intervals_s": [[round(s - t_start, 6), round(e - t_start, 6)] for s, e in intervals],
     }
-    return Report(config, [sc], time.perf_counter() - t0)
+    description = (
+        "shared-prefix prompts with distinct markers: concurrent batch vs batch-size-1 reference "
+        f"(greedy, before and after); diff = differing token positions among the first {n_cmp}"
+    )
+    return Report(
+        config, [ScenarioResult(SCENARIO, description, results)], time.perf_counter() - t0
+    )
+
+
+def _rule(
+    deterministic: bool,
+    info: tuple[str, dict] | None,
+    epsilon: float,
+    runs: dict[str, list[Completion]],
+) -> tuple[str, str]:
+    """(the rule, why): exact where the server is deterministic, no margins came or epsilon 0."""
+    if deterministic and info is not None:
+        return EXACT, (
+            f"exact: the server runs SGLang's deterministic inference ({info[0]} says "
+            f"enable_deterministic_inference), so a batch cannot change a greedy token"
+        )
+    if epsilon == 0:
+        return EXACT, "exact: --drift-epsilon 0, so every difference is a leak"
+    if all(c.margins is None for outs in runs.values() for c in outs):
+        return EXACT, (
+            "exact: the server gave no top logprobs, so the drift rule could not apply; a "
+            "near-tie flipped by the batch would be reported as a leak"
+        )
+    return MARGIN, (
+        f"margin: a first difference where either run's top two logprobs are within "
+        f"{epsilon:g} nats is DRIFT (numeric, not a leak); tokens after it are not compared"
+    )
+
+
+def _token_source(runs: dict[str, list[Completion]]) -> str:
+    sources = {c.source for outs in runs.values() for c in outs}
+    names = {"logprobs": "logprobs.tokens", "words": "whitespace-split text"}
+    return " + ".join(sorted(names[s] for s in sources))
+
+
+def _isolation(flushes: list[str | None]) -> str:
+    done = [f for f in flushes if f]
+    if len(done) == len(flushes):
+        return f"flushed ({done[0]}) before each of the {len(flushes)} reference requests"
+    if not done:
+        return (
+            "no cache flush offered: the reference may share the server's cache; the marker "
+            "check still catches a cache-wide leak"
+        )
+    return (
+        f"flushed before {len(done)} of {len(flushes)} reference requests; the others may "
+        f"share the server's cache"
+    )

@@ -20,6 +20,10 @@ bound is the visible devices instead (NCCL: one GPU per rank).
 MAX_SEED = 2**63 - 1
 """Largest ``--seed``: torch generators and OpenAI-compatible servers take 64-bit signed seeds."""
 
+MIN_CONCURRENCY = 2
+"""Fewest in-flight requests of the ``http`` batch: at 1 nothing overlaps, and a bug that needs
+two requests in one batch cannot show (``--concurrency 1`` passed such a server)."""
+
 MAX_CONCURRENCY = 1024
 """Most in-flight requests of the ``http`` batch. Each is a thread and a socket in this process
 (so it is also held below the open-file limit); 1024 requests fill any batch a server forms."""
@@ -37,3 +41,33 @@ MAX_TIMEOUT_S = 3600.0
 
 FD_RESERVE = 64
 """Open files kept free besides the batch's sockets (interpreter, torch, logs)."""
+
+MIN_COMPARED = 8
+"""Default least number of generated tokens compared per request (``--min-compared``): one or
+two equal tokens are what a broken server gives too (an empty prefix of a leak, a stop token),
+while 8 equal greedy tokens of a model whose outputs differ by prompt are evidence. Counted from
+the reply itself (logprob tokens, else words of the text), never from ``usage``."""
+
+MARKER_PIECE = 6
+"""Characters of a marker's tag that identify it in an output (``_markers``): a tag is 7 (two
+index digits, ``x``, four hex digits), so a leak cut by one character either side is still
+found; a given 6-character string turns up by chance in 32 random bytes about once in 10**13."""
+
+DRIFT_EPSILON = 0.1
+"""Default ``--drift-epsilon`` (nats): a first difference where the top two logprobs of either
+run are this close is numeric drift, not a leak. A batch changes the reduction order, which
+moves a bf16 logit by about one unit in the last place: 2**-5 = 0.03 at magnitude 4-8, 0.06 at
+8-16, and the gap between two logits can move by two of them. Reading another request's KV moves
+logits by whole units, far beyond it; the marker check does not depend on it at all."""
+
+MAX_DRIFT_EPSILON = 10.0
+"""Largest ``--drift-epsilon``: a gap of e**10 in probability is no near-tie; more would call
+almost any difference drift."""
+
+MAX_REPLY_MIB = 16
+"""Default cap on one reply (``--max-reply-mib``): a completion of ``MAX_TOKENS`` tokens with
+top-2 logprobs is about 250 bytes a token in JSON, 8 MiB; twice that leaves room. A reply past
+it is refused in one line (a 100 MB reply was read whole: 545 MB of memory)."""
+
+MAX_REPLY_MIB_LIMIT = 1024
+"""Largest ``--max-reply-mib``: a reply is parsed in memory, several times its size."""

@@ -1,19 +1,29 @@
-"""Render a :class:`Report`: a rich table on the terminal, a JSON file for machines."""
+"""Render a :class:`Report`: a rich table for a reader, JSON for machines.
+
+The table is rendered to text first and then written through ``cpkv_cli.emit``: a reader that
+closes stdout early ends it quietly, while a full disk or a stdout closed from the start is one
+line and exit 2. Before, rich wrote it: ``>&-`` lost the report with exit 0.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
+import sys
 from pathlib import Path
+from typing import TextIO
 
+from cpkv_cli import emit
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._compare import Report, ScenarioResult
+from ._json_target import JsonTarget, json_target, write_text
+from ._report_http import http_header, http_notes, http_summary, http_table
 
-__all__ = ["print_report", "write_json"]
+__all__ = ["json_text", "layout", "print_report", "render_report", "write_json"]
 
 
 def _fmt_diff(x: float) -> str:
@@ -66,124 +76,88 @@ def _reference_table(report: Report) -> Table:
     return table
 
 
-_STYLE = {"PASS": "green", "SHORT": "bold yellow"}
-
-
-def _http_table(report: Report) -> Table:
-    """One row per request: its evidence, the token positions compared and differing, verdict.
-
-    ``compared`` counts the positions looked at (the first ``--compare-tokens`` either run
-    produced) and ``differing`` those among them that differ, so differing <= compared.
-    """
-    table = Table()
-    for col, just in (
-        ("scenario", "left"),
-        ("request", "left"),
-        ("marker", "right"),
-        ("alone: tokens (finish)", "right"),
-        ("batch: tokens (finish)", "right"),
-        ("positions compared", "right"),
-        ("differing", "right"),
-        ("verdict", "left"),
-        ("leak source", "left"),
-    ):
-        table.add_column(col, justify=just)
-    for sc in report.scenarios:
-        for i, r in enumerate(sc.requests):
-            evidence = r.evidence or {}
-            table.add_row(
-                sc.name if i == 0 else "",
-                r.request,
-                r.marker,
-                evidence.get("alone", "?"),
-                evidence.get("batch", "?"),
-                str(r.rows),
-                str(int(r.max_abs_diff)),
-                f"[{_STYLE.get(r.verdict, 'bold red')}]{r.verdict}[/]",
-                _source(r) if r.verdict == "FAIL" else "—",
-                end_section=i == len(sc.requests) - 1,
-            )
-    return table
-
-
-class _PipeConsole(Console):
-    """A console that stops printing when its reader goes (``| head``), without exiting.
-
-    rich's own answer to a broken pipe is ``SystemExit(1)``, which would report contamination
-    for a run that found none; the command's exit status must stay its own.
-    """
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, self.file.fileno())
-        except (AttributeError, OSError, ValueError):  # a file object without a descriptor
-            pass
-        finally:
-            os.close(devnull)
-
-
-def print_report(report: Report, console: Console | None = None) -> None:
-    """The table (one row per scenario run, or per request for http) and a one-line verdict."""
-    if console is None:
-        console = _PipeConsole()
-        if not console.is_terminal:  # pipes and CI logs: do not squeeze the table into 80 columns
-            console = _PipeConsole(width=max(console.width, 150))
+def _reference_title(report: Report) -> str:
     cfg = report.config
-    if cfg.get("engine") == "http":
-        n = cfg.get("compare_tokens", cfg.get("max_tokens"))
-        title = (
-            f"cpkv-validate · engine=http url={cfg.get('url')} model={cfg.get('model')} "
-            f"concurrency={cfg.get('concurrency')} (first {n} greedy tokens compared)"
-        )
-        table = _http_table(report)
-    else:
-        title = (
-            f"cpkv-validate · engine=reference inverse={cfg.get('inverse')} "
-            f"device={cfg.get('device')} dtype={cfg.get('dtype')} cp={cfg.get('cp')}"
-        )
-        if cfg.get("sglang_offsets"):
-            title += f" sglang-offsets={cfg['sglang_offsets']}"
-        table = _reference_table(report)
-    console.print(f"[bold]{title}[/]")
-    console.print(table)
+    title = (
+        f"cpkv-validate · engine=reference inverse={cfg.get('inverse')} "
+        f"device={cfg.get('device')} dtype={cfg.get('dtype')} cp={cfg.get('cp')}"
+    )
+    if cfg.get("sglang_offsets"):
+        title += f" sglang-offsets={cfg['sglang_offsets']}"
+    return title
+
+
+def _reference_summary(report: Report) -> str:
+    cfg = report.config
     bad = [s for s in report.scenarios if any(r.verdict == "FAIL" for r in s.requests)]
-    short = report.verdicts("SHORT")
     runs, n = len(report.scenarios), sum(len(s.requests) for s in report.scenarios)
     if bad:
         names = ", ".join(dict.fromkeys(s.name for s in bad))
-        console.print(
+        return (
             f"[bold red]CONTAMINATION[/] in {len(bad)}/{runs} scenario runs ({names}); "
             f"tolerance {cfg.get('tolerance')}; {report.wall_s:.1f}s"
         )
-    elif short:
-        console.print(
-            f"[bold yellow]NO EVIDENCE[/]: {len(short)}/{n} requests generated fewer than "
-            f"{cfg.get('max_tokens')} tokens without finish reason 'stop' (or nothing to "
-            f"compare); {report.wall_s:.1f}s"
-        )
-    else:
-        console.print(
-            f"[bold green]OK[/]: {n} requests in {runs} scenario runs match batch size 1 "
-            f"(tolerance {cfg.get('tolerance')}); {report.wall_s:.1f}s"
-        )
+    return (
+        f"[bold green]OK[/]: {n} requests in {runs} scenario runs match batch size 1 "
+        f"(tolerance {cfg.get('tolerance')}); {report.wall_s:.1f}s"
+    )
 
 
-def write_json(report: Report, path: str | Path) -> None:
-    """Write the report (config, per-request results, leaks) as indented JSON.
+def _print_into(console: Console, report: Report) -> None:
+    if report.config.get("engine") == "http":
+        title, *lines = http_header(report)
+        console.print(f"[bold]{escape(title)}[/]")
+        for line in lines:
+            console.print(escape(line))
+        console.print(http_table(report))
+        for note in http_notes(report):
+            console.print(escape(note))
+        console.print(http_summary(report))
+        return
+    console.print(f"[bold]{_reference_title(report)}[/]")
+    console.print(_reference_table(report))
+    console.print(_reference_summary(report))
 
-    Through a temporary file in the same directory, renamed over ``path``: a failed write (disk
-    full, say) leaves the file that was there.
-    """
-    path = Path(path)
-    text = json.dumps(report.to_dict(), indent=2, default=str) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+def render_report(report: Report, *, width: int = 200, color: bool = False) -> str:
+    """The report as text: the table (one row per scenario run, or per request for http), what
+    backs each verdict that is not PASS, and a one-line verdict; ANSI colours when ``color``."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=width, force_terminal=color, color_system="standard" if color else None
+    )
+    _print_into(console, report)
+    return buf.getvalue()
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """Print :func:`render_report` to stdout (through ``cpkv_cli.emit``: a reader that left ends
+    it quietly, a full disk or a closed stdout is an ``OutputError``), or into ``console``."""
+    if console is not None:
+        _print_into(console, report)
+        return
+    emit(render_report(report, **layout(sys.stdout)).rstrip("\n"))
+
+
+def layout(stream: TextIO | None) -> dict[str, object]:
+    """Width and colour for ``stream``: a terminal's own; else 200 columns (pipes and CI logs:
+    the table is not squeezed into 80), no colour."""
+    if stream is None:
+        return {"width": 200, "color": False}
+    probe = Console(file=stream)
+    if probe.is_terminal:
+        return {"width": probe.width, "color": True}
+    return {"width": max(probe.width, 200), "color": False}
+
+
+def json_text(report: Report) -> str:
+    """The report (config, per-request results, outputs, leaks) as indented JSON."""
+    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+
+
+def write_json(report: Report, path: str | Path | JsonTarget) -> None:
+    """Write :func:`json_text` to ``path`` (``-``: stdout; a regular file: through a temporary
+    file renamed over it, so a failed write leaves the file that was there; see
+    ``_json_target``)."""
+    target = path if isinstance(path, JsonTarget) else json_target(str(path))
+    write_text(target, json_text(report))

@@ -1,8 +1,4 @@
-"""Where ``cpkv-validate`` talks to outside itself, checked the way it will be used.
-
-- :func:`check_output_path`: ``--json PATH`` can be written, found out before the run (a probe
-  file is created next to it and removed), so a run is not wasted on a report it cannot keep.
-- :func:`check_url`: ``--url`` is a server base URL urllib can open, with the fix named.
+"""``--url`` checked the way it will be used: :func:`check_url` (``--json``: ``_json_target``).
 
 Each failure is one :class:`cpkv_cli.InputError` line (the conventions every cpkv command keeps).
 """
@@ -10,66 +6,11 @@ Each failure is one :class:`cpkv_cli.InputError` line (the conventions every cpk
 from __future__ import annotations
 
 import ipaddress
-import os
-import tempfile
 import urllib.parse
-from pathlib import Path
 
 from cpkv_cli import InputError
 
-__all__ = ["check_output_path", "check_url"]
-
-
-def check_output_path(path: str, flag: str = "--json") -> None:
-    """Raise :class:`InputError` unless a report can be written to ``path``.
-
-    The directory must exist, ``path`` must not be a directory or anything but a regular file,
-    its name must fit the file system, and a file must be creatable next to it (checked by
-    creating and removing one: permission bits alone say nothing when running as root, on a
-    read-only mount or in /proc).
-    """
-    p = Path(path)
-    if path == "" or path.endswith(os.sep):
-        raise InputError(f"{flag} {path!r}: give a file path, e.g. {flag} report.json")
-    try:
-        _check_place(p, flag)
-    except OSError as exc:  # a path too long for the system, a loop of links, ...
-        raise InputError(f"{flag} {_short(path)}: {exc.strerror}; give another path") from None
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name[:32]}.", dir=p.parent)
-    except OSError as exc:
-        raise InputError(
-            f"{flag} {_short(path)}: cannot create a file in {p.parent} ({exc.strerror}); give a "
-            f"writable directory"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
-def _check_place(p: Path, flag: str) -> None:
-    parent = p.parent
-    if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
-        raise InputError(f"{flag} {_short(p)}: {parent} {what}; create it or give another path")
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    size = len(p.name.encode(errors="surrogateescape"))
-    if size > name_max:
-        raise InputError(
-            f"{flag}: the file name is {size} bytes; {parent} allows {name_max}; give a "
-            f"shorter name"
-        )
-    if p.is_dir():
-        raise InputError(f"{flag} {p} is a directory; give a file path inside it")
-    if p.exists() and not p.is_file():
-        raise InputError(f"{flag} {p} is not a regular file; give a file path")
-
-
-def _short(path: str | Path) -> str:
-    text = str(path)
-    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+__all__ = ["check_url"]
 
 
 def check_url(url: str) -> None:

@@ -1,16 +1,18 @@
 """``cpkv-validate``: check that batch size > 1 (with CP) gives every request its own KV.
 
-Exit status: 0 every request matches batch size 1; 1 contamination (or a mismatch) somewhere;
-2 bad input (one line on stderr names the input and the fix; nothing is run or written), a
-server that cannot be used (one line: unreachable, not HTTP, not the OpenAI API), or a server
-whose completions are too short to be evidence (the table, then one line). Every number is
-bounded before anything is built or started: ``--cp`` by the host (at most 16 CPU ranks, or the
-visible GPUs), the http engine's counts by ``_limits``. Arguments are parsed and checked before
-torch is imported (``--help`` and a refusal take a fraction of a second; the http engine never
-imports torch). A reader that closes stdout early (``| head -1``) ends the output quietly; the
-exit status stays the command's own. Ctrl-C, during start-up or the run, ends every rank and
-exits 130 with one line; ``--json`` is written through a temporary file renamed into place, so it
-is either the whole new report or what was there before.
+Exit status: 0 every request matches batch size 1 (http: or drifts at a near-tie); 1
+contamination, and nothing else; 2 bad input (one line on stderr names the input and the fix;
+nothing is run or written), a server that cannot be used (one line: unreachable, too slow, a
+reply too large, not HTTP, not the OpenAI API), not enough evidence or not a batch test (http:
+the table, then one line; see ``_cli_http``), or a report that cannot be written (a full disk,
+a closed stdout: one line). Every number is bounded before anything is built or started:
+``--cp`` by the host (at most 16 CPU ranks, or the visible GPUs), the http engine's counts by
+``_limits``. Arguments are parsed and checked before torch is imported (``--help`` and a refusal
+take a fraction of a second; the http engine never imports torch). A reader that closes stdout
+early (``| head -1``) ends the output quietly; the exit status stays the command's own. Ctrl-C,
+during start-up or the run, ends every rank and exits 130 with one line; ``--json`` is written
+through a temporary file renamed into place, so it is either the whole new report or what was
+there before (``--json -``: to stdout, with the table on stderr).
 
 Examples::
 
@@ -19,6 +21,7 @@ Examples::
     cpkv-validate --inverse legacy                 # the old value-keyed inverse: must FAIL
     cpkv-validate --sglang-offsets upstream --scenario fresh_prompts_cp2   # SGLang 0.5.23: FAIL
     cpkv-validate --url http://127.0.0.1:30000 --concurrency 8 --json report.json
+    cpkv-validate --url http://127.0.0.1:30000 --json - | jq .config.max_in_flight
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import argparse
 import sys
 import time
 
-from cpkv_cli import InputError, OneLineParser, quiet_stdout, refuse, run
+from cpkv_cli import InputError, OneLineParser, OutputError, emit, refuse, run
 
 # Only modules without torch (or rich) at import: the parser and its checks run first.
 from . import _limits as lim
-from ._cli_checks import DEFAULT_CP, HTTP_ONLY, check_args, plan
+from ._cli_checks import DEFAULT_CP, check_args, plan
+from ._cli_http import EPILOG, add_http_arguments, http_status, run_http_args
 from ._compare import TOLERANCE, Report, ScenarioResult
+from ._scenario_text import ScenarioSpec
 from ._scenarios import SCENARIOS, scenario_names
 
 PROG = "cpkv-validate"
@@ -49,10 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Cross-request KV contamination check: every request at batch size N (with "
         "context parallelism) against the same request alone at batch size 1 without CP.",
-        epilog="exit status: 0 every request matches batch size 1; 1 contamination or a mismatch; "
-        "2 bad input, a server that cannot be used, or completions too short to be evidence "
-        "(one line on stderr names it and the fix); 130 interrupted (Ctrl-C; --json is left as "
-        "it was, it is only ever replaced whole)",
+        epilog=EPILOG + "Exit status: 0 every request matches batch size 1 (or drifts at a "
+        "near-tie); 1 contamination, and nothing else; 2 bad input, a server that cannot be "
+        "used, not enough evidence (fewer than --min-compared tokens compared), not a batch test "
+        "(requests did not overlap), or output that cannot be written (one line on stderr names "
+        "it and the fix); 130 interrupted (Ctrl-C; --json is left as it was, it is only ever "
+        "replaced whole). --json - writes the JSON to stdout and the table to stderr.",
     )
     p.add_argument(
         "--engine",
@@ -65,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=0, help="weights and text seed, 0..2**63-1; default 0"
     )
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the report as JSON to PATH (-: to stdout, the table then to stderr)",
+    )
     p.add_argument(
         "--no-progress",
         action="store_true",
@@ -135,38 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpkv_runtime backend for the KV ops; default auto (cuda > triton > torch); an "
         "explicit one must be available on --device",
     )
-    http = p.add_argument_group("http engine")
-    http.add_argument("--url", help="base URL of an OpenAI-compatible server (http://host:port)")
-    http.add_argument("--model", help="model name (default: the first of /v1/models)")
-    http.add_argument(
-        "--concurrency",
-        type=int,
-        help=f"concurrent requests in the batch run, 1..{lim.MAX_CONCURRENCY}; default "
-        f"{HTTP_ONLY['concurrency']}",
-    )
-    http.add_argument(
-        "--requests",
-        type=int,
-        help=f"requests per run, 2..{lim.MAX_REQUESTS} (default: --concurrency)",
-    )
-    http.add_argument(
-        "--max-tokens",
-        type=int,
-        help=f"tokens to generate, 1..{lim.MAX_TOKENS}; default {HTTP_ONLY['max_tokens']}",
-    )
-    http.add_argument(
-        "--compare-tokens",
-        type=int,
-        metavar="N",
-        help="the first N generated tokens must equal the sequential run exactly "
-        "(default: all of --max-tokens)",
-    )
-    http.add_argument(
-        "--timeout",
-        type=float,
-        help=f"seconds per request, up to {lim.MAX_TIMEOUT_S:.0f}; default "
-        f"{HTTP_ONLY['timeout']:.0f}",
-    )
+    add_http_arguments(p)
     return p
 
 
@@ -223,22 +203,6 @@ def _reference(args: argparse.Namespace) -> Report:
     return Report(config, results, time.perf_counter() - t0)
 
 
-def _http(args: argparse.Namespace) -> Report:
-    from ._http import run_http
-
-    return run_http(
-        args.url,
-        model=args.model,
-        concurrency=args.concurrency,
-        requests=args.requests or max(args.concurrency, 2),
-        max_tokens=args.max_tokens,
-        compare_tokens=args.compare_tokens,
-        seed=args.seed,
-        timeout=args.timeout,
-        show_progress=not args.no_progress,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``cpkv-validate``; returns the exit status.
 
@@ -251,22 +215,20 @@ def main(argv: list[str] | None = None) -> int:
 def _json_kept(argv: list[str] | None) -> str:
     """ "; --json PATH left as it was" when argv names a report file, for the interrupt line."""
     argv = sys.argv[1:] if argv is None else argv
+    path = None
     for i, arg in enumerate(argv):
         if arg == "--json" and i + 1 < len(argv):
-            return f"; --json {argv[i + 1]} left as it was"
-        if arg.startswith("--json="):
-            return f"; --json {arg.split('=', 1)[1]} left as it was"
-    return ""
+            path = argv[i + 1]
+        elif arg.startswith("--json="):
+            path = arg.split("=", 1)[1]
+    return "" if path in (None, "-") else f"; --json {path} left as it was"
 
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # --help goes through emit: quiet into a closed pipe
-    if args.list_scenarios:
-        with quiet_stdout():
-            for name, spec in SCENARIOS.items():
-                at = f"[cp {spec.cp}] " if spec.cp else ""
-                print(f"{name:28s} {at}{spec.description}")
+    if args.list_scenarios:  # through emit: > /dev/full or >&- is one line and exit 2
+        emit("\n".join(_scenario_line(name, spec) for name, spec in SCENARIOS.items()))
         return 0
     try:
         check_args(args)
@@ -275,37 +237,42 @@ def _main(argv: list[str] | None) -> int:
     return _run(args)
 
 
+def _scenario_line(name: str, spec: ScenarioSpec) -> str:
+    at = f"[cp {spec.cp}] " if spec.cp else ""
+    return f"{name:28s} {at}{spec.description}"
+
+
 def _run(args: argparse.Namespace) -> int:
-    """Run the checked ``args``, print the table, write ``--json`` (atomically)."""
-    from ._report import print_report, write_json
+    """Run the checked ``args``, print the table, write ``--json`` (atomically, or to stdout)."""
+    from ._report import layout, render_report, write_json
 
     try:
-        report = _reference(args) if args.engine == "reference" else _http(args)
+        report = _reference(args) if args.engine == "reference" else run_http_args(args)
     except ConnectionError as exc:  # the http engine's ServerError: one line
         return refuse(PROG, exc)
-    with quiet_stdout():
-        print_report(report)
-    if args.json:
-        try:
-            write_json(report, args.json)
-        except OSError as exc:
-            return refuse(
-                PROG,
-                f"cannot write --json {args.json} ({exc.strerror}); the report above is complete",
-            )
-    if report.ok:
-        return 0
-    if report.verdicts("FAIL"):
-        return 1
-    short = report.verdicts("SHORT")
-    n = sum(len(s.requests) for s in report.scenarios)
-    return refuse(
-        PROG,
-        f"no evidence: {len(short)} of {n} requests generated fewer than --max-tokens "
-        f"{args.max_tokens} tokens without finish reason 'stop' (or nothing to compare), so "
-        f"matching outputs prove nothing; the table shows each run's tokens. Fix: check --model "
-        f"and the server's generation limits, or lower --max-tokens",
-    )
+    target = args.json_target
+    to_stderr = target is not None and target.kind == "stdout"  # stdout carries the JSON
+    stream = sys.stderr if to_stderr else sys.stdout
+    text = render_report(report, **layout(stream)).rstrip("\n")
+    verdict = "contamination found" if report.verdicts("FAIL") else "no contamination"
+    try:
+        if to_stderr:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            emit(text)
+        if target is not None:
+            write_json(report, target)
+    except OutputError as exc:  # a full disk or a closed stdout: the report is lost
+        raise OutputError(f"{exc} (the run's verdict: {verdict})") from None
+    except OSError as exc:
+        return refuse(
+            PROG,
+            f"cannot write --json {args.json} ({exc.strerror}); the report above is complete "
+            f"(the run's verdict: {verdict})",
+        )
+    if args.engine == "http":
+        return http_status(PROG, report)
+    return 0 if report.ok else 1
 
 
 if __name__ == "__main__":
