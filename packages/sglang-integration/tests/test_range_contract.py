@@ -7,7 +7,9 @@ target resolves and is wrapped, through ``load_plugins()``), ``test_hooks_resolu
 (argument resolution with the plugin active) and ``test_plugin_version_guard.py`` it makes the
 contract suite of that step. Here: the shared-KV hooks' targets exist exactly from
 ``SHARED_KV_FIRST`` on, and before it ``cpkv-serve --cpkv-shared-kv`` is refused in one line,
-before SGLang is imported, naming the release that first has the sharded pool.
+before SGLang is imported, naming the release that first has the sharded pool; at attention CP
+size 1 (one GPU) the line says so first, on every release. The debug fault's targets
+(``FAULT_SPECS``, the GPU suite's served-path fault) have their parameters on every release.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from _serve_guard import GUARD_EXIT, guarded_run
 from sglang_cpkv.errors import HookDriftError
 from sglang_cpkv.plugin._framework import check_target, resolve_target
 from sglang_cpkv.plugin._releases import SHARED_KV_FIRST, SHARED_KV_NEEDS, TESTED, release
-from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
+from sglang_cpkv.plugin.table import FAULT_SPECS, SHARED_KV_SPECS, SPECS
 
 pytestmark = [*env.SGLANG_IMPORT_WARNINGS, pytest.mark.slow]
 
@@ -46,7 +48,10 @@ def test_shared_kv_targets_exist_from_the_first_release_that_has_them(spec):
             check_target(spec)
 
 
-@pytest.mark.parametrize("spec", (*SPECS, *SHARED_KV_SPECS), ids=lambda s: s.name)
+FAULTS = tuple(s for specs in FAULT_SPECS.values() for s in specs)
+
+
+@pytest.mark.parametrize("spec", (*SPECS, *SHARED_KV_SPECS, *FAULTS), ids=lambda s: s.name)
 def test_each_hook_checks_on_every_release_the_table_names(spec):
     """The hook table's "checked on" column (``HookSpec.checked``) holds on this release."""
     if INSTALLED not in spec.checked:
@@ -80,10 +85,70 @@ def test_cpkv_serve_shared_kv_on_this_release(tmp_path: Path):
 
 def test_shared_kv_refused_on_a_stand_in_0_5_21(tmp_path: Path, monkeypatch):
     """The same refusal in every run: a 0.5.21 distribution record first on ``PYTHONPATH``."""
-    site = tmp_path / "site" / "sglang-0.5.21.dist-info"
-    site.mkdir(parents=True)
-    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.21\n")
-    monkeypatch.setenv("PYTHONPATH", str(site.parent))
+    _stand_in_release(tmp_path, monkeypatch, "0.5.21")
     run = guarded_run(SHARED_KV_ARGV, tmp_path / "guard", cwd=tmp_path, block=("sglang",))
     assert run.code == 2 and run.err.count("\n") == 1, run
     assert "first in sglang 0.5.22; the installed sglang is 0.5.21" in run.err
+
+
+#: One GPU: ``--cpkv-shared-kv`` without prefill CP, and with it at attention CP size 1.
+CP1_ARGV = ["--model-path", str(env.GLM51_DIR), "--cpkv-shared-kv"]
+CP1_ARGV_CP = [*CP1_ARGV, "--enable-prefill-cp", "--attn-cp-size", "1"]
+_ONE_RANK = "it shards the KV pool over the attention-CP ranks, and this deployment has "
+_CP_FIX = "run prefill CP over several GPUs (--tp N --enable-prefill-cp --attn-cp-size N, N > 1)"
+
+
+def _cp1_line(version: str, has: str) -> str:
+    """The one line for ``--cpkv-shared-kv`` at attention CP size 1 on sglang ``version``."""
+    if release(version) >= release(SHARED_KV_FIRST):
+        return (
+            f"cpkv-serve: error: --cpkv-shared-kv {_ONE_RANK.removeprefix('it ')}{has}: one rank "
+            f"would hold the whole pool, so there is nothing to share. Fix: drop "
+            f"--cpkv-shared-kv, or {_CP_FIX}\n"
+        )
+    return (
+        f"cpkv-serve: error: --cpkv-shared-kv cannot run here, for two reasons: (1) {_ONE_RANK}"
+        f"{has}; (2) it needs SGLang's sharded KV pool ({SHARED_KV_NEEDS[0]}), first in sglang "
+        f"{SHARED_KV_FIRST}; the installed sglang is {version}. Fix: drop --cpkv-shared-kv; to "
+        f"use it, {_CP_FIX} on sglang>={SHARED_KV_FIRST},<={TESTED[-1]}\n"
+    )
+
+
+def _stand_in_release(tmp_path: Path, monkeypatch, version: str) -> None:
+    site = tmp_path / "site" / f"sglang-{version}.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    monkeypatch.setenv("PYTHONPATH", str(site.parent))
+
+
+@pytest.mark.parametrize(
+    ("argv", "has"),
+    [
+        (CP1_ARGV, "prefill CP off (no --enable-prefill-cp)"),
+        (CP1_ARGV_CP, "attention CP size 1 (--attn-cp-size 1 on --tp-size 1)"),
+    ],
+)
+@pytest.mark.parametrize("version", sorted({INSTALLED, "0.5.20"}))
+def test_shared_kv_at_cp_1_is_refused_before_sglang_saying_so(
+    tmp_path: Path, monkeypatch, version, argv, has
+):
+    """Serving on one GPU: refused in one line before SGLang's import (so before any weight),
+    naming attention CP size 1 first; on a release without the pool, both reasons. 0.5.20 is a
+    stand-in distribution record first on ``PYTHONPATH`` (CI's range step runs the real one)."""
+    if version != INSTALLED:
+        _stand_in_release(tmp_path, monkeypatch, version)
+    run = guarded_run(argv, tmp_path / "guard", cwd=tmp_path, block=("sglang",))
+    assert run.code == 2 and run.out == "", run
+    assert run.err == _cp1_line(version, has)
+
+
+def test_the_dry_run_reports_on_this_release(capsys):
+    """``cpkv-serve --dry-run`` resolves and reports on each release (0.5.20 has no
+    ``attn_dp_size`` field: the report takes SGLang's rule, dp size under DP attention)."""
+    from sglang_cpkv.serve.cli import main
+
+    assert main([*env.glm51_argv(), "--dry-run", "--gpu", "sm90"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(f"sglang {INSTALLED}")
+    parallel = out[out.index("Parallelism") + 1]
+    assert parallel.startswith("  tp 8, attention dp 1, attention cp 1 (prefill CP off)")

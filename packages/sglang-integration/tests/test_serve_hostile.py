@@ -225,6 +225,23 @@ CASES: dict[str, Case] = {
         ["--model-path", "{m}/glm", *DRY], "CPKV_DISABLE_HOOKS names unknown hooks ['warmup']",
         "correct the names", GLM_DIR, env={"CPKV_DISABLE_HOOKS": "warmup"},
     ),
+    # the debug-only plants (the GPU suite's; plugin._debug)
+    "debug_fault_without_ack": Case(
+        ["--model-path", "{m}/glm", *DRY],
+        "CPKV_DEBUG_FAULT=swap-kv-pages plants a fault that serves wrong answers on purpose",
+        "runs only with CPKV_DEBUG_FAULT_ACK=i-want-wrong-output. Fix: unset CPKV_DEBUG_FAULT",
+        GLM_DIR, env={"CPKV_DEBUG_FAULT": "swap-kv-pages"},
+    ),
+    "debug_fault_unknown": Case(
+        ["--model-path", "{m}/glm", *DRY], "CPKV_DEBUG_FAULT='swap' names no debug fault",
+        "(known: swap-kv-pages). Fix: unset CPKV_DEBUG_FAULT", GLM_DIR,
+        env={"CPKV_DEBUG_FAULT": "swap", "CPKV_DEBUG_FAULT_ACK": "i-want-wrong-output"},
+    ),
+    "debug_break_names_no_registered_hook": Case(
+        ["--model-path", "{m}/glm", *DRY],
+        "CPKV_DEBUG_BREAK_HOOK='shared-kv-gate' names no hook this deployment registers",
+        "Fix: name one of them", GLM_DIR, env={"CPKV_DEBUG_BREAK_HOOK": "shared-kv-gate"},
+    ),
     "unknown_cpkv_flag": Case(
         ["--model-path", "{m}/glm", "--cpkv-index-topk-frq", "4", *DRY],
         "unknown flag --cpkv-index-topk-frq", "did you mean --cpkv-index-topk-freq?", GLM_DIR,
@@ -279,6 +296,12 @@ CASES: dict[str, Case] = {
         ["--model-path", "{m}/glm", "--tp", "8", "--base-gpu-id", "1", *DRY],
         "--base-gpu-id 1 with --gpu-id-step 1 puts rank 7 on GPU 8",
         "one node of at most 8 GPUs", GLM_DIR,
+    ),
+    "shared_kv_without_prefill_cp": Case(
+        ["--model-path", "{m}/glm", "--cpkv-shared-kv", *DRY],
+        "--cpkv-shared-kv shards the KV pool over the attention-CP ranks, and this deployment "
+        "has prefill CP off (no --enable-prefill-cp)", "or run prefill CP over several GPUs",
+        GLM_DIR,
     ),
     # cpkv-serve's own flags
     "gpu_unknown": Case(

@@ -8,8 +8,10 @@ SGLang's ``load_plugins()`` runs them.
 # Errors
 from sglang_cpkv.errors import (
     CpkvSGLangError,
+    DebugPlantError,
     DsaBackendError,
     HookDriftError,
+    HookTargetImportError,
     PluginRefused,
     SharedKVError,
     StartRefused,
@@ -30,8 +32,10 @@ __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     "registered_hooks",
     # Errors
     "CpkvSGLangError",
+    "DebugPlantError",
     "DsaBackendError",
     "HookDriftError",
+    "HookTargetImportError",
     "PluginRefused",
     "SharedKVError",
     "StartRefused",

@@ -4,6 +4,8 @@
 CpkvSGLangError
  ├── UnsupportedSGLangError(RuntimeError)  the installed sglang is outside the tested range
  ├── HookDriftError(RuntimeError)          a hook target's signature no longer matches
+ ├── HookTargetImportError(ImportError)    a hook target's module raised while importing
+ ├── DebugPlantError(ValueError)           a debug-only plant (CPKV_DEBUG_*) asked for wrongly
  ├── DsaBackendError(ValueError)           DSA prefill/decode backends cannot share the KV pool
  └── SharedKVError(ValueError)             --cpkv-shared-kv cannot serve this deployment
 PluginRefused(SystemExit)                  what the entry point raises for any of the above
@@ -32,6 +34,17 @@ class UnsupportedSGLangError(CpkvSGLangError, RuntimeError):
 
 class HookDriftError(CpkvSGLangError, RuntimeError):
     """A hook target is missing or its signature differs from the one the hook was written for."""
+
+
+class HookTargetImportError(CpkvSGLangError, ImportError):
+    """A hook target's module exists but raised while importing (a dependency of SGLang missing,
+    ``No module named 'cffi'``): told apart from a target that does not exist, so the message
+    names the import that failed instead of blaming the sglang release."""
+
+
+class DebugPlantError(CpkvSGLangError, ValueError):
+    """A debug-only plant is asked for wrongly: ``CPKV_DEBUG_FAULT`` without its acknowledgement
+    or naming no fault, ``CPKV_DEBUG_BREAK_HOOK`` naming no registered hook (``plugin._debug``)."""
 
 
 class DsaBackendError(CpkvSGLangError, ValueError):

@@ -7,19 +7,45 @@ admitted deployments only our pool serves. So the plugin wraps ``HookRegistry.ap
 per process (:func:`verify_after_apply`): after SGLang's own pass, each target we registered
 must resolve to our class (a class REPLACE) or to a wrapper that calls our hook, and SGLang
 must have marked it patched; otherwise the process stops with one line naming the hook, the
-target and the SGLang version. Every SGLang process applies hooks through ``load_plugins()``
-(launcher, engine, each scheduler, i.e. each TP/CP worker), so every process that serves checks.
+target, the SGLang version and the exception SGLang logged for that target (read from SGLang's
+own log record while its pass runs, :func:`apply_failure`). Every SGLang process applies hooks
+through ``load_plugins()`` (launcher, engine, each scheduler, i.e. each TP/CP worker), so every
+process that serves checks.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sglang_cpkv.errors import HookDriftError
+from sglang_cpkv.errors import CpkvSGLangError
 from sglang_cpkv.plugin._framework import HookSpec, resolve_target
 
-__all__ = ["calls_hook", "not_applied", "verify_after_apply"]
+__all__ = ["apply_failure", "calls_hook", "not_applied", "verify_after_apply"]
+
+#: target -> ``"TypeName: message"`` of the exception SGLang's last pass logged for it
+_FAILURES: dict[str, str] = {}
+
+
+class _FailureRecorder(logging.Filter):
+    """Keeps the exception of each ``logger.exception("Failed to apply hooks to %s", target)``
+    SGLang's ``apply_hooks`` logs (and swallows), so the refusal can name the cause. A filter
+    that passes every record, not a handler: the record still goes where SGLang's logging
+    sends it (Python's last-resort stderr handler where none is configured yet)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        args = record.args if isinstance(record.args, tuple) else ()
+        if err is not None and args and isinstance(args[0], str):
+            _FAILURES[args[0]] = " ".join(f"{type(err).__name__}: {err}".split())
+        return True
+
+
+def apply_failure(target: str) -> str | None:
+    """``"TypeName: message"`` that SGLang's last ``apply_hooks`` raised (and logged) on
+    ``target``; None when it logged none (or its logger was silenced)."""
+    return _FAILURES.get(target)
 
 
 def calls_hook(value: Any, hook: Any) -> bool:
@@ -39,8 +65,8 @@ def calls_hook(value: Any, hook: Any) -> bool:
     return False
 
 
-def not_applied(hooks: Iterable[tuple[HookSpec, Any]]) -> list[str]:
-    """``"name -> target"`` of every registered hook SGLang did not apply (empty: all took)."""
+def not_applied(hooks: Iterable[tuple[HookSpec, Any]]) -> list[HookSpec]:
+    """The spec of every registered hook SGLang did not apply (empty: all took)."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     patched = getattr(HookRegistry, "_patched", set())
@@ -48,10 +74,10 @@ def not_applied(hooks: Iterable[tuple[HookSpec, Any]]) -> list[str]:
     for spec, hook in hooks:
         try:
             _, _, value = resolve_target(spec.target)
-        except HookDriftError:
+        except CpkvSGLangError:
             value = None
         if spec.target not in patched or not calls_hook(value, hook):
-            missing.append(f"{spec.name} -> {spec.target}")
+            missing.append(spec)
     return missing
 
 
@@ -70,9 +96,15 @@ def verify_after_apply(check: Callable[[], None]) -> None:
             checks.append(check)
         return
     apply = current.__func__
+    sglang_log = logging.getLogger(HookRegistry.__module__)
 
     def apply_hooks(cls) -> None:
-        apply(cls)
+        recorder = _FailureRecorder()
+        sglang_log.addFilter(recorder)
+        try:
+            apply(cls)
+        finally:
+            sglang_log.removeFilter(recorder)
         for each in apply_hooks.cpkv_checks:
             each()
 

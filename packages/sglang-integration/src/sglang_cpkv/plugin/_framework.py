@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sglang_cpkv.errors import HookDriftError
+from sglang_cpkv.errors import HookDriftError, HookTargetImportError
 from sglang_cpkv.plugin._releases import TESTED, release
 from sglang_cpkv.plugin._version_guard import SUPPORTED_RANGE
 
@@ -114,26 +114,35 @@ def resolve_target(target: str) -> tuple[Any, str, Any]:
     """Import ``target`` and return ``(owner, attribute name, current value)``.
 
     The owner is the module or class holding the attribute. For a class attribute the raw
-    ``__dict__`` entry is unwrapped from ``staticmethod``/``classmethod``.
+    ``__dict__`` entry is unwrapped from ``staticmethod``/``classmethod``. Modules are imported
+    from the shortest prefix on, so a module that exists but fails to import (``No module named
+    'cffi'`` raised inside it) is reported as that import error, not as a missing target.
 
     Raises:
         HookDriftError: the module, class or attribute does not exist.
+        HookTargetImportError: a module on the path exists but raised while importing.
     """
     owner_path, _, attr = target.rpartition(".")
     parts = owner_path.split(".")
     owner: Any = None
+    walked = 0
     # Import the longest importable module prefix, then walk attributes (classes) from there.
-    for i in range(len(parts), 0, -1):
+    for i in range(1, len(parts) + 1):
+        module = ".".join(parts[:i])
         try:
-            owner = importlib.import_module(".".join(parts[:i]))
-        except ModuleNotFoundError:
-            continue
-        try:
-            for name in parts[i:]:
-                owner = getattr(owner, name)
-        except AttributeError:
-            owner = None
-        break
+            owner = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if not _is_missing(err, module):
+                raise _import_failed(target, module, err) from err
+            break
+        except Exception as err:  # an ImportError of a name, an error at import time
+            raise _import_failed(target, module, err) from err
+        walked = i
+    try:
+        for name in parts[walked:] if owner is not None else ():
+            owner = getattr(owner, name)
+    except AttributeError:
+        owner = None
     if owner is None or not hasattr(owner, attr):
         raise HookDriftError(
             f"hook target {target} does not exist in the installed sglang; the plugin was "
@@ -146,6 +155,27 @@ def resolve_target(target: str) -> tuple[Any, str, Any]:
         if isinstance(raw, (staticmethod, classmethod)):
             value = raw.__func__
     return owner, attr, value
+
+
+def _is_missing(err: ModuleNotFoundError, module: str) -> bool:
+    """Whether ``err`` says ``module`` itself (or a package above it) is absent, rather than
+    that something ``module`` imports is."""
+    return err.name is not None and (err.name == module or module.startswith(err.name + "."))
+
+
+def _import_failed(target: str, module: str, err: BaseException) -> HookTargetImportError:
+    cause = " ".join(f"{type(err).__name__}: {err}".split())
+    if isinstance(err, ModuleNotFoundError) and err.name:
+        fix = (
+            f"install the missing module {err.name!r} (SGLang imports it there), e.g. reinstall "
+            f"sglang with its dependencies"
+        )
+    else:
+        fix = f"make 'python -c \"import {module}\"' succeed (the failure is in that import)"
+    return HookTargetImportError(
+        f"hook target {target} could not be checked: importing {module} failed with {cause}. "
+        f"Fix: {fix}."
+    )
 
 
 def check_requires(spec: HookSpec) -> None:
@@ -178,6 +208,7 @@ def check_target(spec: HookSpec) -> Any:
     Raises:
         HookDriftError: a requirement or the target is missing, the target is not callable, or
             its parameters changed.
+        HookTargetImportError: the target's module raised while importing.
     """
     check_requires(spec)
     _, _, value = resolve_target(spec.target)

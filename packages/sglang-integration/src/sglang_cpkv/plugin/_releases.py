@@ -26,6 +26,7 @@ __all__ = [
     "check_shared_kv_release",
     "parse_release",
     "release",
+    "shared_kv_release_problem",
 ]
 
 #: Every release the plugin accepts; CI runs the contract tests against each. 0.5.20 is the first
@@ -57,6 +58,18 @@ def parse_release(version: str) -> tuple[int, int, int] | None:
     return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
+def shared_kv_release_problem(version: str) -> str | None:
+    """Why ``--cpkv-shared-kv`` cannot run on sglang ``version`` (None: it can), without the fix:
+    the release is older than :data:`SHARED_KV_FIRST`, so it has no sharded KV pool."""
+    current = parse_release(version)
+    if current is None or current >= release(SHARED_KV_FIRST):
+        return None
+    return (
+        f"--cpkv-shared-kv needs SGLang's sharded KV pool ({SHARED_KV_NEEDS[0]}), first in "
+        f"sglang {SHARED_KV_FIRST}; the installed sglang is {version}"
+    )
+
+
 def check_shared_kv_release(version: str) -> None:
     """Refuse ``--cpkv-shared-kv`` on an SGLang release older than :data:`SHARED_KV_FIRST`.
 
@@ -67,10 +80,9 @@ def check_shared_kv_release(version: str) -> None:
     Raises:
         SharedKVError: one line naming the release that first has the sharded pool.
     """
-    current = parse_release(version)
-    if current is not None and current < release(SHARED_KV_FIRST):
+    problem = shared_kv_release_problem(version)
+    if problem is not None:
         raise SharedKVError(
-            f"--cpkv-shared-kv needs SGLang's sharded KV pool ({SHARED_KV_NEEDS[0]}), first in "
-            f"sglang {SHARED_KV_FIRST}; the installed sglang is {version}. Fix: pip install "
-            f"'sglang>={SHARED_KV_FIRST},<={TESTED[-1]}', or drop --cpkv-shared-kv"
+            f"{problem}. Fix: pip install 'sglang>={SHARED_KV_FIRST},<={TESTED[-1]}', or drop "
+            f"--cpkv-shared-kv"
         )

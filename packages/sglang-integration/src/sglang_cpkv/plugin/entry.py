@@ -8,10 +8,14 @@ signature (and, for the shared-KV hooks, the private SGLang names the pool relie
 then registers the hooks, so a refusal leaves SGLang unpatched. It raises
 :class:`~sglang_cpkv.errors.PluginRefused` (a ``SystemExit``) on refusal, because
 ``load_plugins()`` logs and swallows ordinary exceptions and would serve without the fixes.
+Any other exception inside :func:`load` (a bug, a broken install) is turned into the same
+refusal, carrying its type and message, for the same reason.
 ``apply_hooks`` swallows failures too, so :func:`load` also makes every later ``apply_hooks``
 of the process check that each registered hook took (``plugin._applied``) and stop the process
-with :class:`~sglang_cpkv.errors.StartRefused` when one did not. Which hooks this process
-registered is kept in ``plugin._registered``, where the hooks and the dry-run report read it.
+with :class:`~sglang_cpkv.errors.StartRefused` when one did not, naming SGLang's error; when all
+took, the process prints its one ``cpkv[hooks]`` line (``plugin._hooks_record``). Which hooks
+this process registered is kept in ``plugin._registered``, where the hooks and the dry-run report
+read it.
 
 Env vars:
     ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
@@ -19,6 +23,10 @@ Env vars:
         (default: none; names in ``sglang_cpkv.plugin.table.SPECS``).
     ``CPKV_SHARED_KV``: ``1`` also registers the shared-KV hooks (``SHARED_KV_SPECS``); set by
         ``cpkv-serve --cpkv-shared-kv`` and inherited by SGLang's processes (default unset).
+    ``CPKV_HOOKS_RECORD_DIR``: each process writes ``hooks-<pid>.json`` there after its check
+        (``plugin._hooks_record``; default unset: no file).
+    ``CPKV_DEBUG_BREAK_HOOK``, ``CPKV_DEBUG_FAULT``, ``CPKV_DEBUG_FAULT_ACK``: debug-only plants
+        for the GPU suite (``plugin._debug``; default unset).
     ``SGLANG_PLUGINS`` (SGLang's): when set, a whitelist that must include ``cpkv``.
 """
 
@@ -28,7 +36,7 @@ import logging
 import os
 
 from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused, StartRefused
-from sglang_cpkv.plugin import _registered
+from sglang_cpkv.plugin import _debug, _registered
 from sglang_cpkv.plugin._registered import registered_hooks
 from sglang_cpkv.plugin._version_guard import check_sglang_version
 
@@ -42,12 +50,14 @@ SHARED_KV_ENV = "CPKV_SHARED_KV"
 
 def enabled_specs(env: dict[str, str] | None = None) -> tuple:
     """The hook specs to register: ``SPECS`` (plus ``SHARED_KV_SPECS`` under
-    ``CPKV_SHARED_KV=1``) minus the names in ``CPKV_DISABLE_HOOKS``.
+    ``CPKV_SHARED_KV=1``) minus the names in ``CPKV_DISABLE_HOOKS``, plus the hooks of an
+    acknowledged ``CPKV_DEBUG_FAULT`` (``plugin._debug``).
 
     Raises:
         HookDriftError: ``CPKV_DISABLE_HOOKS`` names a hook that does not exist.
+        DebugPlantError: ``CPKV_DEBUG_FAULT`` names no fault or lacks its acknowledgement.
     """
-    from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
+    from sglang_cpkv.plugin.table import FAULT_SPECS, SHARED_KV_SPECS, SPECS
 
     env = os.environ if env is None else env
     disabled = {n.strip() for n in env.get(DISABLE_ENV, "").split(",") if n.strip()}
@@ -59,7 +69,9 @@ def enabled_specs(env: dict[str, str] | None = None) -> tuple:
             f"{known}. Fix: correct the names or unset {DISABLE_ENV}."
         )
     specs = (*SPECS, *SHARED_KV_SPECS) if env.get(SHARED_KV_ENV) == "1" else SPECS
-    return tuple(s for s in specs if s.name not in disabled)
+    fault = _debug.active_fault(env)
+    faults = FAULT_SPECS[fault] if fault else ()
+    return (*(s for s in specs if s.name not in disabled), *faults)
 
 
 def load() -> None:
@@ -68,21 +80,41 @@ def load() -> None:
     A second call registers only hooks enabled since the first (``CPKV_SHARED_KV`` set later).
 
     Raises:
-        PluginRefused: unsupported sglang, a drifted hook target, or a bad ``CPKV_DISABLE_HOOKS``.
+        PluginRefused: unsupported sglang, a drifted or unimportable hook target, a bad
+            ``CPKV_DISABLE_HOOKS`` or debug plant, or any other exception inside (its type and
+            message in the one line: ``load_plugins()`` would log it and serve without us).
     """
+    try:
+        _load()
+    except Exception as err:  # PluginRefused is a SystemExit: it passes as it is
+        cause = " ".join(f"{type(err).__name__}: {err}".split())
+        message = (
+            f"its load() failed with {cause}, and SGLang would serve without the plugin's "
+            f"hooks. Fix: reinstall sglang-integration with the workspace's packages, or "
+            f"report this line"
+        )
+        _log_refusal("sglang-cpkv plugin refused to load: %s", message)
+        raise PluginRefused(message) from err
+
+
+def _load() -> None:
     from sglang_cpkv.plugin._framework import check_target, register
 
     try:
         version = check_sglang_version()
-        specs = [s for s in enabled_specs() if s.name not in registered_hooks()]
+        enabled = enabled_specs()
+        specs = [s for s in enabled if s.name not in registered_hooks()]
         if not specs and _registered.loaded() is not None:
             return
+        broken = _debug.broken_hook([s.name for s in enabled])
         for spec in specs:  # all checks before the first registration
             check_target(spec)
         if any(s.name.startswith("shared-kv") for s in specs):
             _check_private_surface(version)
         for spec in specs:
             _registered.add(spec, register(spec))
+            if spec.name == broken:
+                _debug.plant_break(spec)
     except CpkvSGLangError as err:
         _log_refusal("sglang-cpkv plugin refused to load: %s", err)
         raise PluginRefused(str(err)) from err
@@ -114,26 +146,50 @@ def _check_private_surface(version: str) -> None:
 
 
 def check_hooks_took() -> None:
-    """After ``HookRegistry.apply_hooks()``: every hook this process registered took.
+    """After ``HookRegistry.apply_hooks()``: every hook this process registered took; then the
+    process's ``cpkv[hooks]`` line (and record file, ``plugin._hooks_record``).
 
     Raises:
-        StartRefused: a hook did not apply (SGLang logged why, and would serve without it).
+        StartRefused: a hook did not apply (naming SGLang's error for its target, when SGLang
+            logged one), so SGLang would serve its own code there.
     """
-    from sglang_cpkv.plugin._applied import not_applied
+    from sglang_cpkv.plugin._applied import apply_failure, not_applied
+    from sglang_cpkv.plugin._hooks_record import report
     from sglang_cpkv.plugin._version_guard import installed_sglang_version
+    from sglang_cpkv.plugin.table import FAULT_SPECS
 
     hooks = _registered.hooks()
     missing = not_applied(hooks)
-    if missing:
-        message = (
-            f"hook {missing[0]} did not take on sglang {installed_sglang_version()} "
-            f"({len(missing)} of {len(hooks)} hooks did not; HookRegistry.apply_hooks logged "
-            f"why above) and SGLang would serve its own code there. Fix: remove the plugin "
-            f"whose hook on that target SGLang refused, install sglang 0.5.23, or disable the "
-            f"hook by name in CPKV_DISABLE_HOOKS."
+    version = installed_sglang_version()
+    names = {s.name for s, _ in hooks}
+    fault = next((f for f, fs in FAULT_SPECS.items() if fs[0].name in names), None)
+    report(
+        version,
+        [s.name for s, _ in hooks if s not in missing],
+        [s.name for s in missing],
+        fault,
+    )
+    if not missing:
+        return
+    first = missing[0]
+    cause = apply_failure(first.target)
+    why = f"HookRegistry.apply_hooks failed on its target with {cause}" if cause else (
+        "HookRegistry.apply_hooks logged why above"
+    )  # fmt: skip
+    if first.name == os.environ.get(_debug.BREAK_ENV, "").strip():
+        fix = f"unset {_debug.BREAK_ENV} (it planted this failure, for testing)"
+    else:
+        fix = (
+            "remove the plugin whose hook on that target SGLang refused, install sglang "
+            "0.5.23, or disable the hook by name in CPKV_DISABLE_HOOKS"
         )
-        _log_refusal("sglang-cpkv stopped SGLang before serving: %s", message)
-        raise StartRefused(message)
+    message = (
+        f"hook {first.name} -> {first.target} did not take on sglang {version} ({why}; "
+        f"{len(missing)} of {len(hooks)} hooks did not) and SGLang would serve its own code "
+        f"there. Fix: {fix}."
+    )
+    _log_refusal("sglang-cpkv stopped SGLang before serving: %s", message)
+    raise StartRefused(message)
 
 
 def activate() -> tuple[str, ...]:
@@ -155,12 +211,37 @@ def activate() -> tuple[str, ...]:
         load()  # hooks enabled after SGLang loaded the plugin in this process
         HookRegistry.apply_hooks()
     if _registered.loaded() is None:
-        allowed = os.environ.get("SGLANG_PLUGINS")
-        hint = (
-            f"SGLANG_PLUGINS={allowed!r} does not include {ENTRY_POINT_NAME!r}; add it"
-            if allowed
-            else f"install sglang-integration so its {ENTRY_POINT_GROUP} entry point "
+        raise PluginRefused(
+            f"SGLang's load_plugins() did not run the cpkv plugin. {_why_not_run()}."
+        )
+    return registered_hooks()
+
+
+def _why_not_run() -> str:
+    """Why ``load_plugins()`` ran without loading us, as far as this process can tell: SGLang
+    logs and swallows an entry point that fails to import, so import it again for the cause."""
+    from importlib.metadata import entry_points
+
+    allowed = os.environ.get("SGLANG_PLUGINS")
+    if allowed and ENTRY_POINT_NAME not in {x.strip() for x in allowed.split(",")}:
+        return f"Fix: SGLANG_PLUGINS={allowed!r} does not include {ENTRY_POINT_NAME!r}; add it"
+    ours = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == ENTRY_POINT_NAME]
+    if not ours:
+        return (
+            f"Fix: install sglang-integration so its {ENTRY_POINT_GROUP} entry point "
             f"{ENTRY_POINT_NAME!r} is visible (pip install -e packages/sglang-integration)"
         )
-        raise PluginRefused(f"SGLang's load_plugins() did not run the cpkv plugin. Fix: {hint}.")
-    return registered_hooks()
+    try:
+        found = ours[0].load()
+    except Exception as err:
+        cause = " ".join(f"{type(err).__name__}: {err}".split())
+        return (
+            f"Its entry point {ours[0].value} failed to import with {cause} (SGLang logged and "
+            f"skipped it). Fix: reinstall sglang-integration"
+        )
+    if found is not load:
+        return (
+            f"Its entry point {ENTRY_POINT_NAME!r} = {ours[0].value} is not "
+            f"{__name__}:load (a stale install). Fix: reinstall sglang-integration"
+        )
+    return "Fix: check SGLANG_PLATFORM (SGLang skips the plugins of unselected platforms)"

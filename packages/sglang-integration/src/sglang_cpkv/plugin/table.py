@@ -2,6 +2,8 @@
 
 ``SPECS`` are always registered; ``SHARED_KV_SPECS`` only under ``CPKV_SHARED_KV=1`` (what
 ``cpkv-serve --cpkv-shared-kv`` sets), so a plain ``sglang serve`` keeps SGLang's own sharding.
+``FAULT_SPECS`` are debug faults, not fixes: registered only when ``CPKV_DEBUG_FAULT`` names one
+with its acknowledgement (``plugin._debug``), and in neither the README's table nor the dry run's.
 
 This module composes the table and imports each hook; no hook imports it. Beside ``why``, each
 entry says which process runs it, the SGLang releases its signature is checked against
@@ -22,6 +24,10 @@ from sglang_cpkv.plugin.hooks.indexcache_overrides import (
     validate_tbo_index_sharing,
 )
 from sglang_cpkv.plugin.hooks.ragged_offsets import init_forward_metadata_with_chunk_offsets
+from sglang_cpkv.plugin.hooks.swap_kv_pages import (
+    init_forward_metadata_swapped,
+    out_graph_metadata_swapped,
+)
 from sglang_cpkv.plugin.shared_kv._hooks import (
     check_built_pool,
     pool_class,
@@ -240,3 +246,32 @@ SHARED_KV_SPECS: tuple[HookSpec, ...] = (
         ),
     ),
 )
+
+_DSA_BACKEND = "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend"
+_WRONG_ON_PURPOSE = "DEBUG FAULT, wrong answers on purpose: "
+
+#: fault name (``CPKV_DEBUG_FAULT``) -> its hooks. Registered after ``SPECS``, so on
+#: ``init_forward_metadata`` the fault wraps the ``ragged-offsets`` fix and both see the swap.
+FAULT_SPECS: dict[str, tuple[HookSpec, ...]] = {
+    "swap-kv-pages": (
+        HookSpec(
+            name="fault-swap-kv-pages",
+            target=f"{_DSA_BACKEND}.init_forward_metadata",
+            kind="around",
+            params=("self", "forward_batch"),
+            hook=init_forward_metadata_swapped,
+            why=_WRONG_ON_PURPOSE + "eager DSA metadata built with requests 0 and 1 swapped",
+            runs_in=SCHEDULER,
+        ),
+        HookSpec(
+            name="fault-swap-kv-pages-graph",
+            target=f"{_DSA_BACKEND}.init_forward_metadata_out_graph",
+            kind="around",
+            params=("self", "forward_batch", "in_capture="),
+            hook=out_graph_metadata_swapped,
+            why=_WRONG_ON_PURPOSE + "CUDA-graph replay metadata built with requests 0 and 1 "
+            "swapped",
+            runs_in=SCHEDULER,
+        ),
+    ),
+}

@@ -89,12 +89,12 @@ def resolve(argv: Sequence[str], capability: tuple[int, int] | None) -> Any:
     Returns:
         The resolved ``ServerArgs`` record.
     """
-    from sglang.srt.server_args import prepare_server_args
-
     from sglang_cpkv.plugin import _decisions
     from sglang_cpkv.plugin.entry import activate
 
-    activate()
+    activate()  # before SGLang's logging is set up: a refusal is one line (cli.serve)
+    from sglang.srt.server_args import prepare_server_args
+
     _decisions.clear()
     if capability is None:
         server_args = prepare_server_args(list(argv))

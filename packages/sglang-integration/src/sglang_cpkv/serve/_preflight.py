@@ -1,7 +1,9 @@
 """Everything ``cpkv-serve`` refuses before it imports SGLang, each refusal one line.
 
-In order: unknown ``--cpkv-*`` flags, the plugin's hook switches (``CPKV_DISABLE_HOOKS``), SGLang's
-parallel sizes (arithmetic only), ``--json-model-override-args``, every other SGLang argument's
+In order: unknown ``--cpkv-*`` flags, the plugin's hook switches (``CPKV_DISABLE_HOOKS``, the
+debug plants ``CPKV_DEBUG_*``), SGLang's parallel sizes (arithmetic only), what
+``--cpkv-shared-kv`` needs of them and of the installed release (more than one attention-CP
+rank; SGLang's sharded KV pool), ``--json-model-override-args``, every other SGLang argument's
 name, value count, type and choices (``_sglang_options``), the model path and its
 config.json with the overrides applied (``_model_check``), the IndexCache flags against the
 model's layers; then ``_machine`` checks the sizes against what the machine holds.
@@ -31,6 +33,13 @@ from typing import Any
 
 from cpkv_cli import InputError, printable
 
+from sglang_cpkv.errors import CpkvSGLangError, SharedKVError
+from sglang_cpkv.plugin._releases import (
+    SHARED_KV_FIRST,
+    TESTED,
+    check_shared_kv_release,
+    shared_kv_release_problem,
+)
 from sglang_cpkv.plugin._version_guard import installed_sglang_version
 from sglang_cpkv.serve._model_check import (
     MAX_LAYERS,
@@ -75,7 +84,11 @@ class Checked:
 
 
 def preflight(
-    index_flags: Mapping[str, object], sglang_argv: Sequence[str], cpkv_flags: Sequence[str]
+    index_flags: Mapping[str, object],
+    sglang_argv: Sequence[str],
+    cpkv_flags: Sequence[str],
+    *,
+    shared_kv: bool = False,
 ) -> Checked:
     """Every check of this module but the machine's.
 
@@ -83,14 +96,19 @@ def preflight(
         index_flags: the ``--cpkv-index-*`` values, as IndexCache override keys.
         sglang_argv: SGLang's arguments (cpkv's flags removed).
         cpkv_flags: every option string cpkv-serve knows, for "did you mean".
+        shared_kv: ``--cpkv-shared-kv`` was given.
 
     Raises:
         InputError: the first problem found.
+        SharedKVError: ``--cpkv-shared-kv`` cannot run here (every reason known before SGLang's
+            import, in one line).
     """
     check_cpkv_flags_known(sglang_argv, cpkv_flags)
     hooks = check_hooks(index_flags)
     args = read_sglang_args(sglang_argv)
     check_parallel(args)
+    if shared_kv:
+        check_shared_kv(args, installed_sglang_version())
     overrides = read_overrides(args)
     check_sglang_argv(positional_model_path(sglang_argv), installed_sglang_version())
     model = locate_model(args.model_path, args.name("model_path"), args.revision)
@@ -114,13 +132,16 @@ def check_cpkv_flags_known(sglang_argv: Sequence[str], known: Sequence[str]) -> 
 
 
 def check_hooks(index_flags: Mapping[str, object]) -> tuple[str, ...]:
-    """The hooks to register; refuse a bad ``CPKV_DISABLE_HOOKS`` or a flag it disables."""
-    from sglang_cpkv.errors import HookDriftError
+    """The hooks to register; refuse a bad ``CPKV_DISABLE_HOOKS`` or a flag it disables, and a
+    debug plant asked for wrongly (an unacknowledged ``CPKV_DEBUG_FAULT``, a
+    ``CPKV_DEBUG_BREAK_HOOK`` naming no hook): SGLang's every process would refuse it later."""
+    from sglang_cpkv.plugin._debug import broken_hook
     from sglang_cpkv.plugin.entry import DISABLE_ENV, enabled_specs
 
     try:
         names = tuple(spec.name for spec in enabled_specs())
-    except HookDriftError as err:
+        broken_hook(names)
+    except CpkvSGLangError as err:
         raise InputError(str(err)) from None
     if index_flags and INDEXCACHE_HOOK not in names:
         raise InputError(
@@ -165,6 +186,51 @@ def check_parallel(args: SGLangArgs) -> None:
             f"{tp * args.pp_size * args.dp_size} ranks of tp x pp x dp; give at most "
             f"that many"
         )
+
+
+#: what ``--cpkv-shared-kv`` needs of the parallel sizes, as the fix says it
+_CP_FIX = "run prefill CP over several GPUs (--tp N --enable-prefill-cp --attn-cp-size N, N > 1)"
+
+
+def check_shared_kv(args: SGLangArgs, version: str | None) -> None:
+    """Refuse ``--cpkv-shared-kv`` with one attention-CP rank, or on a release without SGLang's
+    sharded KV pool; with both, one line gives both (the first is the user's configuration, and
+    installing a newer SGLang alone would not do).
+
+    One rank is: prefill CP off, or ``--attn-cp-size`` 1 where SGLang does not widen it (it
+    reads 1 under DSA prefill CP as ``tp / attention dp``). The plugin's gate says the same
+    after SGLang's import; on one GPU SGLang's own checks refuse first, naming neither.
+
+    Raises:
+        SharedKVError: the reasons, one line.
+    """
+    if args.enable_prefill_cp and (args.attn_cp_size > 1 or args.tp_size > args.attn_dp_size):
+        if version:
+            check_shared_kv_release(version)
+        return
+    release = shared_kv_release_problem(version) if version else None
+    has = (
+        f"attention CP size 1 ({args.name('attn_cp_size')} {args.attn_cp_size} on "
+        f"{args.name('tp_size')} {args.tp_size}"
+        + (
+            f" with {args.name('attn_dp_size')} {args.attn_dp_size})"
+            if args.attn_dp_size > 1
+            else ")"
+        )
+        if args.enable_prefill_cp
+        else "prefill CP off (no --enable-prefill-cp)"
+    )
+    single = f"it shards the KV pool over the attention-CP ranks, and this deployment has {has}"
+    if not release:
+        raise SharedKVError(
+            f"--cpkv-shared-kv {single.removeprefix('it ')}: one rank would hold the whole pool, "
+            f"so there is nothing to share. Fix: drop --cpkv-shared-kv, or {_CP_FIX}"
+        )
+    raise SharedKVError(
+        f"--cpkv-shared-kv cannot run here, for two reasons: (1) {single}; (2) it "
+        f"{release.removeprefix('--cpkv-shared-kv ')}. Fix: drop --cpkv-shared-kv; to use it, "
+        f"{_CP_FIX} on sglang>={SHARED_KV_FIRST},<={TESTED[-1]}"
+    )
 
 
 def read_overrides(args: SGLangArgs) -> dict[str, Any]:

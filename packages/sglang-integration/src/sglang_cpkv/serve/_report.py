@@ -124,6 +124,9 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
     from sglang_cpkv.plugin.hooks.indexcache_overrides import effective_schedule
 
     resolved = {f: resolution_result(server_args, f) for f in _FIELDS}
+    if resolved["attn_dp_size"] is None:  # sglang 0.5.20 has no such field; its own rule
+        dp_attention = resolution_result(server_args, "enable_dp_attention")
+        resolved["attn_dp_size"] = resolution_result(server_args, "dp_size") if dp_attention else 1
     hf = model_config_of(server_args).hf_config
     dsa = is_deepseek_dsa(hf)
     kv = {
@@ -168,6 +171,16 @@ def build_report(server_args: Any, capability: tuple[int, int] | None) -> dict[s
     return report
 
 
+def _debug_fault_lines(fault: dict[str, Any] | None) -> list[str]:
+    """The debug fault, right under the hooks, loud: this server answers wrongly on purpose."""
+    if not fault:
+        return []
+    return [
+        f"  DEBUG FAULT {fault['name']} ON (CPKV_DEBUG_FAULT, acknowledged), hooks "
+        f"{', '.join(fault['hooks'])}: {fault['effect']}. Answers are wrong on purpose."
+    ]
+
+
 def _nk(shape: dict[str, Any]) -> str:
     return f"{shape['name']} (N {shape['n']}, K {shape['k']})"
 
@@ -189,6 +202,7 @@ def render_text(r: dict[str, Any]) -> str:
             if r["hooks"]["off"]
             else ""
         ),
+        *_debug_fault_lines(r["hooks"].get("debug_fault")),
         "",
         "Backends",
         f"  attention {res['attention_backend']}; DSA prefill {res['dsa_prefill_backend']}, "

@@ -1,6 +1,7 @@
 """What the dry-run report says about the plugin itself, so it describes what will run.
 
-- :func:`hooks_section`: the hooks registered, and those ``CPKV_DISABLE_HOOKS`` leaves out.
+- :func:`hooks_section`: the hooks registered, those ``CPKV_DISABLE_HOOKS`` leaves out, and a
+  debug fault's hooks apart from them (``CPKV_DEBUG_FAULT``: wrong answers on purpose).
 - :func:`warmup_as_sglang_runs_it`: with the ``deepgemm-warmup`` hook off, SGLang warms its own
   list for every kernel; the plan's cpkv rows are replaced by SGLang's.
 - :func:`resolved_notes`: a size SGLang resolved to something other than what was asked
@@ -17,13 +18,23 @@ from sglang_cpkv.serve._sglang_argv import SGLangArgs
 WARMUP_HOOK = "deepgemm-warmup"
 
 
-def hooks_section() -> dict[str, list[str]]:
-    """``{"on": [...], "off": [...]}``: the hooks this process registered, and the others."""
+def hooks_section() -> dict[str, Any]:
+    """``{"on": [...], "off": [...]}``: the hooks this process registered, and the others; with
+    ``"debug_fault": {"name", "hooks", "effect"}`` when a debug fault's hooks are registered
+    (they are not fixes, so they are in neither list nor the hook table)."""
+    from sglang_cpkv.plugin._debug import FAULTS
     from sglang_cpkv.plugin._registered import registered_hooks
-    from sglang_cpkv.plugin.table import SPECS
+    from sglang_cpkv.plugin.table import FAULT_SPECS, SPECS
 
-    on = list(registered_hooks())
-    return {"on": on, "off": [s.name for s in SPECS if s.name not in on]}
+    registered = list(registered_hooks())
+    faults = {s.name: name for name, specs in FAULT_SPECS.items() for s in specs}
+    on = [n for n in registered if n not in faults]
+    section: dict[str, Any] = {"on": on, "off": [s.name for s in SPECS if s.name not in on]}
+    planted = [n for n in registered if n in faults]
+    if planted:
+        name = faults[planted[0]]
+        section["debug_fault"] = {"name": name, "hooks": planted, "effect": FAULTS[name]}
+    return section
 
 
 def warmup_as_sglang_runs_it(section: dict[str, Any], hooks_on: list[str]) -> dict[str, Any]:

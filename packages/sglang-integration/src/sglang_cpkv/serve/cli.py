@@ -15,11 +15,13 @@ Before SGLang is imported (about 30 s), ``_preflight`` checks the arguments, the
 its config.json, and the machine: a bad input is one line on stderr, naming the input and the
 fix, within a second or two. ``--help`` prints cpkv's flags, then SGLang's.
 
-Exit status: 0 served/printed, 1 refused (unsupported sglang, hook drift), 2 bad arguments
-(cpkv's, and SGLang's names and choices where the installed release is the one
-``_sglang_options`` was read from), a bad model or a resolution error (one line that names the
-fix), 130 interrupted (Ctrl-C, one line, also during SGLang's import). A closed stdout
-(``| head``) ends the output quietly.
+Exit status: 0 served/printed, 1 refused by the plugin as it loads (unsupported sglang, hook
+drift, a hook target that fails to import, a hook that did not take, an exception inside its
+``load()``: one line naming the cause), 2 bad arguments (cpkv's, and SGLang's names and choices
+where the installed release is the one ``_sglang_options`` was read from; ``--cpkv-shared-kv``
+at attention CP size 1 or before 0.5.22; a debug plant asked for wrongly), a bad model or a
+resolution error (one line that names the fix), 130 interrupted (Ctrl-C, one line, also during
+SGLang's import). A closed stdout (``| head``) ends the output quietly.
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 
-from cpkv_cli import one_line, refuse, run
+from cpkv_cli import emit, one_line, refuse, run
 
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
-from sglang_cpkv.plugin._releases import check_shared_kv_release
 from sglang_cpkv.plugin._version_guard import check_sglang_version
 from sglang_cpkv.serve._flags import (
     GPUS,
@@ -137,12 +138,16 @@ def emulated_gpu_arch_quiet() -> None:
 
 
 def serve(sglang_argv: Sequence[str]) -> int:
-    """Load the plugin the way SGLang does, then run ``sglang serve`` with ``sglang_argv``."""
-    from sglang.cli.serve import serve as sglang_serve
+    """Load the plugin the way SGLang does, then run ``sglang serve`` with ``sglang_argv``.
 
+    The plugin loads before SGLang's CLI is imported: that import configures SGLang's logging,
+    after which a refusal would be logged and then printed again by its ``SystemExit``.
+    """
     from sglang_cpkv.plugin.entry import activate
 
     activate()
+    from sglang.cli.serve import serve as sglang_serve
+
     sglang_serve(None, list(sglang_argv))
     return 0
 
@@ -154,7 +159,7 @@ def print_help(*, from_sglang: bool = False) -> int:
     from sglang_cpkv.plugin._version_guard import installed_sglang_version
     from sglang_cpkv.serve._sglang_options import print_sglang_help
 
-    print(build_parser().format_help())
+    emit(build_parser().format_help())  # > /dev/full, >&-: one line, exit 2
     print("--- sglang serve ---", flush=True)  # ours is out before SGLang's slow import
     if not from_sglang and print_sglang_help(installed_sglang_version()):
         return 0
@@ -186,14 +191,12 @@ def _main(argv: list[str]) -> int:
             return print_help()
     args = parse_cpkv_args(argv)
     try:
-        version = check_sglang_version()
+        check_sglang_version()
     except CpkvSGLangError as err:
         raise PluginRefused(str(err)) from err
     known = [s for a in build_parser()._actions for s in a.option_strings]
     try:
-        if args.shared_kv:
-            check_shared_kv_release(version)
-        checked = preflight(args.index_overrides, args.sglang_argv, known)
+        checked = preflight(args.index_overrides, args.sglang_argv, known, shared_kv=args.shared_kv)
         check_machine(checked.args, args.dry_run, args.gpu)
         sglang_argv = merge_model_overrides(
             positional_model_path(args.sglang_argv), args.index_overrides
