@@ -4,6 +4,7 @@ from glm_config._files import read_config_json
 from glm_config._normalize import Change, NormalizeReport, normalize
 from glm_config._releases import TRANSFORMERS_DEFECTS, Defect, defects_for, transformers_version
 from glm_config._settings import DsaSettings, expected_settings, is_dsa
+from glm_config._tiny import tiny_glm51_config, write_tiny_checkpoint
 from glm_config._validate import config_errors
 from glm_config.errors import (
     ConfigFileError,
@@ -32,6 +33,9 @@ __all__ = [  # noqa: RUF022
     "TRANSFORMERS_DEFECTS",
     "defects_for",
     "transformers_version",
+    # Test checkpoints
+    "tiny_glm51_config",
+    "write_tiny_checkpoint",
     # Errors
     "GlmConfigError",
     "ConfigFileError",

@@ -1,0 +1,114 @@
+"""A tiny GLM-5.1-shaped checkpoint folder, for serving tests without the real weights.
+
+GLM-5.1 (``GlmMoeDsaForCausalLM``) keeps its attention and indexer shapes here, because those are
+what the DSA backends, the KV pool and the indexer kernels see: 64 heads, ``kv_lora_rank`` 512,
+rope 64, nope 192, v 256, 32 indexer heads of 128, ``index_topk`` 2048. Everything that only
+scales the model shrinks: hidden 1024, a few layers, a few small experts, a 258-token byte-level
+vocabulary. The folder holds ``config.json`` and a tokenizer; a server loads it with random
+weights (SGLang's ``--load-format dummy``), so no weights file is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TINY_BOS", "TINY_EOS", "tiny_glm51_config", "write_tiny_checkpoint"]
+
+TINY_BOS, TINY_EOS = 256, 257
+"""Special token ids after the 256 byte tokens."""
+
+
+def tiny_glm51_config(
+    *, layers: int = 4, experts: int = 8, max_positions: int = 65536
+) -> dict[str, Any]:
+    """``config.json`` of the tiny model: GLM-5.1's attention and indexer, a small body.
+
+    Args:
+        layers: decoder layers (the first is dense, the rest MoE), plus one NextN layer.
+        experts: routed experts per MoE layer (2 active, 1 shared).
+        max_positions: the longest context the config admits.
+    """
+    if layers < 2 or experts < 2 or max_positions < 2048:
+        raise ValueError(
+            f"tiny checkpoint needs layers >= 2 (one dense, one MoE), experts >= 2 and "
+            f"max_positions >= index_topk (2048); got {layers}, {experts}, {max_positions}"
+        )
+    return {
+        "architectures": ["GlmMoeDsaForCausalLM"],
+        "model_type": "glm_moe_dsa",
+        "torch_dtype": "bfloat16",
+        "vocab_size": TINY_EOS + 1,
+        "bos_token_id": TINY_BOS,
+        "eos_token_id": TINY_EOS,
+        "tie_word_embeddings": False,
+        "hidden_size": 1024,
+        "intermediate_size": 1024,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": max_positions,
+        "rope_theta": 1_000_000,
+        "attention_bias": False,
+        "num_hidden_layers": layers,
+        "num_nextn_predict_layers": 1,
+        # GLM-5.1's MLA attention
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "q_lora_rank": 512,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 256,
+        "head_dim": 64,
+        # GLM-5.1's lightning indexer
+        "index_topk": 2048,
+        "index_head_dim": 128,
+        "index_n_heads": 32,
+        # a small MoE body
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "n_routed_experts": experts,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": 256,
+        "n_group": 1,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc",
+        "ep_size": 1,
+    }
+
+
+def write_tiny_checkpoint(path: str | Path, **config: Any) -> Path:
+    """Write the tiny model's folder (``config.json`` + a byte-level BPE tokenizer) at ``path``.
+
+    Every byte is one token (no merges), so a prompt of N ASCII characters is N tokens: prompt
+    lengths in tokens are exact, which the serving benchmarks rely on. Needs ``tokenizers`` and
+    ``transformers`` (the ``transformers`` extra).
+
+    Args:
+        path: the folder, created if missing; an existing ``config.json`` there is replaced.
+        **config: passed to :func:`tiny_glm51_config`.
+
+    Returns:
+        The folder.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = tiny_glm51_config(**config)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    vocab |= {"<s>": TINY_BOS, "</s>": TINY_EOS}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    return folder

@@ -1,0 +1,235 @@
+"""``cpkv-serve`` serving, checked: a live SGLang server with the plugin, on one or more GPUs.
+
+For each served configuration it starts ``cpkv-serve`` on a checkpoint folder (a real one, or the
+tiny GLM-5.1-shaped one ``glm_config.write_tiny_checkpoint`` writes, with ``--load-format dummy``),
+then checks, in the live server:
+
+- **hooks**: SGLang's scheduler processes (one per TP/CP rank, not the launcher) each recorded
+  every always-on hook as applied, and no process recorded one it could not apply
+  (``CPKV_HOOKS_RECORD_DIR``, written by the plugin in each process);
+- **requests**: ``/generate`` and ``/v1/completions`` answer with text;
+- **harness**: ``cpkv-validate --url`` (8 concurrent shared-prefix requests against the
+  batch-size-1 reference, with the radix cache on) exits 0; its JSON report is kept;
+
+plus three checks that must fail in the right way: the planted served-path fault
+(``CPKV_DEBUG_FAULT=swap-kv-pages``) must make ``cpkv-validate`` exit 1; a planted hook failure
+(``CPKV_DEBUG_BREAK_HOOK``) must stop start-up with one line naming it; ``--cpkv-shared-kv`` at
+attention CP size 1 must be refused in one line before any weight is loaded.
+
+Usage (on the GPU box, SGLang and the cpkv packages importable; ``scripts/gpu-suite serve``)::
+
+    python3 serve_suite.py --out DIR [--model DIR] [--tp N] [--attn-cp-size N] [--only NAME ...]
+
+Writes ``DIR/serve-suite.json`` (every check with its evidence), ``DIR/serve-suite.md``, and the
+server logs under ``DIR/logs/``. Exit 0 when every check passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _serve_launch import CPKV_SERVE, NO_PLUGINS, PLAIN, ServerDied, generate, launch, post
+from bench_serve import measure
+
+#: bf16 KV: SGLang (and the plugin, which keeps a consistent pair) picks FA3 for decode on SM90;
+#: the suite's carry has no FA3 (1.75 GB), so bf16 runs decode on FlashMLA's sparse kernel.
+BF16_DECODE = ["--dsa-decode-backend", "flashmla_sparse"]
+EAGLE = [
+    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "1",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2",
+]  # fmt: skip
+
+#: name -> (extra cpkv-serve arguments, extra environment, what it shows)
+CONFIGS: dict[str, tuple[list[str], dict[str, str], str]] = {
+    "bf16": (BF16_DECODE, {}, "bf16 KV, radix cache on"),
+    "fp8": (["--kv-cache-dtype", "fp8_e4m3"], {}, "fp8 KV, the plugin's FlashMLA pair"),
+    "indexcache-f4": ([*BF16_DECODE, "--cpkv-index-topk-freq", "4"], {}, "IndexCache, frequency 4"),
+    "eagle": ([*BF16_DECODE, *EAGLE], {}, "EAGLE over the model's NextN layer"),
+    "chunked-256": ([*BF16_DECODE, "--chunked-prefill-size", "256"], {}, "prompts span forwards"),
+    "user-backends": (
+        ["--dsa-prefill-backend", "flashmla_sparse", "--dsa-decode-backend", "flashmla_sparse"],
+        {},
+        "a DSA backend the user set is kept",
+    ),
+}  # fmt: skip
+#: configurations also timed (bench_serve.measure), under the names serve-bench.json gives them;
+#: "plain" is SGLang without the plugin, the baseline, started after bf16 paid the kernel compiles
+TIMED = {"bf16": "cpkv", "plain": "sglang", "indexcache-f4": "cpkv-f4"}
+ORDER = ["bf16", "plain", "planted-fault", "indexcache-f4", "fp8", "eagle", "chunked-256",
+         "user-backends", "refusals"]  # fmt: skip
+FAULT_ENV = {"CPKV_DEBUG_FAULT": "swap-kv-pages", "CPKV_DEBUG_FAULT_ACK": "i-want-wrong-output"}
+BREAK_ENV = {"CPKV_DEBUG_BREAK_HOOK": "config-repair"}
+
+
+def base_args(model: Path, tp: int, cp: int, dummy: bool) -> list[str]:
+    args = ["--model-path", str(model), "--tp-size", str(tp), "--page-size", "64"]
+    args += ["--mem-fraction-static", "0.6", "--context-length", "40000"]
+    args += ["--disable-cuda-graph", "--skip-server-warmup", "--grammar-backend", "none"]
+    if cp > 1:
+        args += ["--enable-prefill-cp", "--attn-cp-size", str(cp)]
+    return args + (["--load-format", "dummy"] if dummy else [])
+
+
+def always_on_hooks() -> list[str]:
+    from sglang_cpkv.plugin.table import SPECS
+
+    return [s.name for s in SPECS]
+
+
+def hook_records(record_dir: Path, launcher_pid: int) -> list[dict]:
+    rows = [json.loads(p.read_text()) for p in sorted(record_dir.glob("*.json"))]
+    return [r for r in rows if r.get("pid") != launcher_pid]
+
+
+def validate(url: str, report: Path) -> tuple[int, str]:
+    """``cpkv-validate --url``: its exit status and its last lines."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpkv_validate", "--url", url, "--concurrency", "8",
+         "--requests", "8", "--max-tokens", "16", "--no-progress", "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return proc.returncode, "\n".join((proc.stdout + proc.stderr).splitlines()[-14:])
+
+
+def check_config(
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    out: Path,
+    command: list[str] = CPKV_SERVE,
+    timed: bool = True,
+) -> dict:
+    """One served configuration: hooks in the live processes, requests, the harness (and the
+    numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``)."""
+    record_dir = Path(tempfile.mkdtemp(prefix=f"hooks-{name}-"))
+    env = {**env, "CPKV_HOOKS_RECORD_DIR": str(record_dir)}
+    row: dict = {"config": name, "args": argv, "env": sorted(env)}
+    try:
+        with launch(name, command, argv, log_dir=out / "logs", env=env) as srv:
+            row["ready_s"] = round(srv.ready_s, 1)
+            gen = generate(srv, "The quick brown fox jumps over", 12)
+            comp = post(
+                srv.url + "/v1/completions",
+                {"model": "m", "prompt": "abc abc abc", "max_tokens": 8, "temperature": 0},
+            )
+            row["generate"] = gen.get("text", "")
+            row["completions"] = comp["choices"][0]["text"]
+            row["requests_ok"] = bool(row["generate"]) and bool(row["completions"])
+            code, tail = validate(srv.url, out / f"validate-{name}.json")
+            row["validate_exit"], row["validate_tail"] = code, tail
+            if timed and name in TIMED:
+                import random
+
+                bench = out / "serve-bench.json"
+                rows = json.loads(bench.read_text()) if bench.exists() else []
+                rows += [{"server": TIMED[name], **r} for r in measure(srv, 2, random.Random(0))]
+                bench.write_text(json.dumps(rows, indent=1) + "\n")
+            records = hook_records(record_dir, srv.proc.pid)
+            log = srv.log_text()
+    except ServerDied as exc:
+        row.update(error=str(exc), ok=False)
+        return row
+    want = set(always_on_hooks())
+    row["hook_records"] = [
+        {k: r.get(k) for k in ("pid", "process", "sglang", "applied", "not_applied")}
+        for r in records
+    ]
+    schedulers = [r for r in records if str(r.get("process", "")).startswith("sglang::scheduler")]
+    row["hooks_ok"] = (
+        command is CPKV_SERVE
+        and bool(schedulers)
+        and all(want <= set(r.get("applied") or []) for r in schedulers)
+        and not any(r.get("not_applied") for r in records)
+    )
+    row["cpkv_lines"] = sorted(set(re.findall(r"cpkv\[[\w-]+\]:[^\n]*", log)))[:12]
+    return row
+
+
+def check_refusals(base: list[str], out: Path) -> list[dict]:
+    """The planted hook failure and the CP-1 refusal: each must stop start-up in one line."""
+    rows = []
+    for name, argv, env in (
+        ("planted-hook-failure", [*base, *BF16_DECODE], BREAK_ENV),
+        ("shared-kv-at-cp1", [*base, *BF16_DECODE, "--cpkv-shared-kv"], {}),
+    ):
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [*CPKV_SERVE, *argv, "--port", "30999"],
+            capture_output=True, text=True, timeout=240, env={**os.environ, **env},
+        )  # fmt: skip
+        (out / "logs" / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        cpkv_lines = [ln for ln in proc.stderr.splitlines() if "cpkv" in ln.lower()]
+        rows.append(
+            {
+                "config": name,
+                "exit": proc.returncode,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "line": cpkv_lines[-1] if cpkv_lines else proc.stderr.strip()[-300:],
+                "weights_loaded": "Load weight begin" in proc.stdout + proc.stderr,
+                "ok": proc.returncode != 0 and "Load weight begin" not in proc.stdout + proc.stderr,
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--model", type=Path, help="checkpoint folder (default: the tiny GLM-5.1 one)")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--attn-cp-size", type=int, default=1)
+    p.add_argument("--only", nargs="*", help=f"configurations to run, in order (default {ORDER})")
+    p.add_argument("--no-timing", action="store_true", help="skip bench_serve.measure")
+    args = p.parse_args()
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    dummy = args.model is None
+    if dummy:
+        from glm_config import write_tiny_checkpoint
+
+        args.model = write_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="tiny-glm51-")))
+    base = base_args(args.model, args.tp, args.attn_cp_size, dummy)
+    names = args.only or ORDER
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        if name == "refusals":
+            rows += check_refusals(base, args.out)
+        elif name == "plain":
+            row = check_config(
+                name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing
+            )
+            row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
+            rows.append(row)
+        elif name == "planted-fault":
+            row = check_config(name, [*base, *BF16_DECODE], FAULT_ENV, args.out)
+            row["ok"] = row.get("validate_exit") == 1  # contamination must be found
+            rows.append(row)
+        else:
+            extra, env, _ = CONFIGS[name]
+            row = check_config(name, [*base, *extra], env, args.out, timed=not args.no_timing)
+            passed = (
+                row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
+            )
+            row.setdefault("ok", passed)
+            rows.append(row)
+        r = rows[-1]
+        verdict = "PASS" if r.get("ok") else "FAIL"
+        took = time.perf_counter() - t0
+        print(
+            f"serve-suite: {name}: {verdict} ({took:.0f} s) {r.get('error', '')[:300]}", flush=True
+        )
+        (args.out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r.get("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
