@@ -3,7 +3,11 @@ plugin's hook table grows by the shared-KV hooks only under ``CPKV_SHARED_KV=1``
 
 from __future__ import annotations
 
+import os
+
+import _sglang_env as env
 import pytest
+from sglang_cpkv.errors import PluginRefused, SharedKVError
 from sglang_cpkv.plugin.entry import SHARED_KV_ENV, enabled_specs
 from sglang_cpkv.plugin.table import SHARED_KV_SPECS, SPECS
 from sglang_cpkv.serve._flags import parse_cpkv_args, with_sharding
@@ -38,8 +42,58 @@ def test_shared_kv_hooks_only_when_enabled():
     assert [s.name for s in enabled_specs(env={})] == [s.name for s in SPECS]
     on = [s.name for s in enabled_specs(env={SHARED_KV_ENV: "1"})]
     assert on == [*(s.name for s in SPECS), *names]
-    off = enabled_specs(env={SHARED_KV_ENV: "1", "CPKV_DISABLE_HOOKS": "shared-kv-gate"})
-    assert "shared-kv-gate" not in [s.name for s in off]
+    # without --cpkv-shared-kv a shared-KV name is known and disabling it changes nothing
+    assert enabled_specs(env={"CPKV_DISABLE_HOOKS": "shared-kv-gate"}) == enabled_specs(env={})
+
+
+SHARED_KV_NAMES = ["shared-kv-pool", "shared-kv-plan", "shared-kv-pool-check", "shared-kv-gate"]
+
+
+@pytest.mark.parametrize(
+    "off",
+    [*SHARED_KV_NAMES, "shared-kv-pool,shared-kv-pool-check", "deepgemm-warmup,shared-kv-plan"],
+)
+def test_disabling_a_shared_kv_hook_under_the_flag_is_refused(off):
+    """The four shared-KV hooks are one unit: under ``CPKV_SHARED_KV=1`` none may be off."""
+    with pytest.raises(SharedKVError) as info:
+        enabled_specs(env={SHARED_KV_ENV: "1", "CPKV_DISABLE_HOOKS": off})
+    line = str(info.value)
+    assert "\n" not in line and "Fix: take" in line
+    named = [n for n in SHARED_KV_NAMES if n in off.split(",")]
+    assert f"CPKV_DISABLE_HOOKS disables {', '.join(named)}," in line, line
+
+
+def test_plugin_load_refuses_a_disabled_shared_kv_hook(monkeypatch):
+    """SGLang's processes: the plugin's ``load()`` refuses (a ``SystemExit``), registering
+    nothing."""
+    from sglang_cpkv.plugin import _registered
+    from sglang_cpkv.plugin.entry import load
+
+    before = _registered.registered_hooks()
+    monkeypatch.setenv(SHARED_KV_ENV, "1")
+    monkeypatch.setenv("CPKV_DISABLE_HOOKS", "shared-kv-plan")
+    with pytest.raises(PluginRefused, match="disables shared-kv-plan, and SGLang"):
+        load()
+    assert _registered.registered_hooks() == before
+
+
+def test_cpkv_serve_refuses_a_disabled_shared_kv_hook(monkeypatch, capsys):
+    """cpkv-serve: exit 2 with one line, before SGLang starts (the issue's SM90 case)."""
+    from sglang_cpkv.serve.cli import main
+
+    monkeypatch.delenv(SHARED_KV_ENV, raising=False)
+    monkeypatch.setenv("CPKV_DISABLE_HOOKS", "shared-kv-pool,shared-kv-pool-check")
+    argv = [
+        *env.glm51_argv(), "--enable-prefill-cp", "--attn-cp-size", "8", "--cp-strategy",
+        "interleave", "--dsa-prefill-backend", "flashmla_kv", "--kv-cache-dtype", "fp8_e4m3",
+        "--cpkv-shared-kv", "--dry-run", "--gpu", "sm90",
+    ]  # fmt: skip
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and not out, out
+    assert len(err.strip().splitlines()) == 1, err
+    assert "disables shared-kv-pool, shared-kv-pool-check," in err, err
+    assert SHARED_KV_ENV not in os.environ
 
 
 def test_shared_kv_public_names_import_lazily():

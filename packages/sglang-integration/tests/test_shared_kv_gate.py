@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import _sglang_env as env
 import pytest
@@ -163,11 +164,11 @@ def test_ragged_fix_admits_the_ragged_combinations():
 
 # Why the fix admits each (docs/shared-kv.md, "RAGGED:" under the gate table), by hand: with a
 # prefix the RAGGED top-k dequantises the scratch through the per-request flattened table;
-# flashmla_auto on SM100 picks flashmla_sparse for batches without prefix.
+# flashmla_auto on SM100 picks flashmla_sparse where KV tokens < 512 x query tokens.
 RAGGED_FIXED_WHY = {
     "flashmla_sparse": ("RAGGED top-k", "per-request flattened table"),
     "triton_sparse_mla": ("RAGGED top-k", "per-request flattened table"),
-    "flashmla_auto": ("flashmla_sparse", "RAGGED offsets fixed"),
+    "flashmla_auto": ("flashmla_sparse where", "RAGGED offsets fixed"),
 }
 
 
@@ -223,3 +224,50 @@ def test_deploy_doc_commands_resolve(results):
         r = results[title]
         assert r["code"] == 0, (title, r["stderr"])
         assert r["report"]["shared_kv"]["batch_scratch"]["dedup"]["fits"]
+
+
+def test_stated_reasons_match_sglang():
+    """The gate's reasons state SGLang's rules: flashmla_auto picks flashmla_sparse by
+    ``seq_lens_sum < extend_num_tokens * 512`` (``set_dsa_prefill_impl``), not for exactly the
+    no-prefix batches; the prefill node runs only EAGLE's draft extend on the decode backend."""
+    from sglang_cpkv.plugin.shared_kv._gate import GateInput, gate_refusals
+
+    auto = backend_verdict("flashmla_auto", "fp8_e4m3", 10, ragged_fixed=False).reason
+    assert "fewer than 512 x its query tokens" in auto and "every batch without a prefix" in auto
+    fixed = backend_verdict("flashmla_auto", "fp8_e4m3", 10, ragged_fixed=True).reason
+    assert "KV tokens < 512 x its query tokens" in fixed
+    g = GateInput("cuda", True, 8, "interleave", 1, "flashmla_kv", "triton_sparse_mla",
+                  "fp8_e4m3", 64, "mooncake", False, 1, False, 9)  # fmt: skip
+    (line,), _ = gate_refusals(g, ragged_fixed=False)
+    assert "draft extend after each prefill" in line and "draft steps" not in line, line
+
+
+def test_stated_auto_rule_is_sglangs():
+    """The factor the gate states for ``flashmla_auto`` is where SGLang's own
+    ``set_dsa_prefill_impl`` switches (fp8 KV, Blackwell, EXTEND): a no-prefix batch and a 64K
+    prefix with 2K new tokens take ``flashmla_sparse``, KV tokens at the factor take
+    ``flashmla_kv``."""
+    import torch
+    from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    reason = backend_verdict("flashmla_auto", "fp8_e4m3", 10, ragged_fixed=False).reason
+    factor = int(re.search(r"fewer than (\d+) x its query tokens", reason).group(1))
+
+    def picks(kv: int, q: int) -> str:
+        backend = SimpleNamespace(
+            _is_in_breakable_cuda_graph=lambda: False, _is_in_tc_piecewise_cuda_graph=lambda: False,
+            _get_device_sm=lambda: 100, _is_blackwell=lambda: True, supports_mha_one_shot=False,
+            enable_auto_select_prefill_impl=True, dsa_kv_cache_store_fp8=True,
+            dsa_prefill_impl=None,
+        )  # fmt: skip
+        batch = SimpleNamespace(
+            forward_mode=ForwardMode.EXTEND, seq_lens_cpu=torch.tensor([kv]), seq_lens_sum=kv,
+            extend_num_tokens=q,
+        )  # fmt: skip
+        DeepseekSparseAttnBackend.set_dsa_prefill_impl(backend, batch)
+        return backend.dsa_prefill_impl
+
+    assert picks(2048, 2048) == picks(65536 + 2048, 2048) == "flashmla_sparse"
+    assert picks(factor * 2048 - 1, 2048) == "flashmla_sparse"
+    assert picks(factor * 2048, 2048) == "flashmla_kv"

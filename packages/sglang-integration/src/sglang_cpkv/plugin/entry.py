@@ -20,7 +20,8 @@ read it.
 Env vars:
     ``CPKV_ALLOW_UNTESTED_SGLANG``: ``1`` loads on an sglang outside 0.5.20-0.5.23 (default unset).
     ``CPKV_DISABLE_HOOKS``: comma-separated hook names to skip, e.g. ``deepgemm-warmup``
-        (default: none; names in ``sglang_cpkv.plugin.table.SPECS``).
+        (default: none; names in ``sglang_cpkv.plugin.table.SPECS``). Under ``CPKV_SHARED_KV=1``
+        naming a shared-KV hook is refused: the four are one unit.
     ``CPKV_SHARED_KV``: ``1`` also registers the shared-KV hooks (``SHARED_KV_SPECS``); set by
         ``cpkv-serve --cpkv-shared-kv`` and inherited by SGLang's processes (default unset).
     ``CPKV_HOOKS_RECORD_DIR``: each process writes ``hooks-<pid>.json`` there after its check
@@ -35,7 +36,13 @@ from __future__ import annotations
 import logging
 import os
 
-from sglang_cpkv.errors import CpkvSGLangError, HookDriftError, PluginRefused, StartRefused
+from sglang_cpkv.errors import (
+    CpkvSGLangError,
+    HookDriftError,
+    PluginRefused,
+    SharedKVError,
+    StartRefused,
+)
 from sglang_cpkv.plugin import _debug, _registered
 from sglang_cpkv.plugin._registered import registered_hooks
 from sglang_cpkv.plugin._version_guard import check_sglang_version
@@ -55,6 +62,8 @@ def enabled_specs(env: dict[str, str] | None = None) -> tuple:
 
     Raises:
         HookDriftError: ``CPKV_DISABLE_HOOKS`` names a hook that does not exist.
+        SharedKVError: ``CPKV_SHARED_KV=1`` and ``CPKV_DISABLE_HOOKS`` names a shared-KV hook
+            (they are one unit).
         DebugPlantError: ``CPKV_DEBUG_FAULT`` names no fault or lacks its acknowledgement.
     """
     from sglang_cpkv.plugin.table import FAULT_SPECS, SHARED_KV_SPECS, SPECS
@@ -68,10 +77,33 @@ def enabled_specs(env: dict[str, str] | None = None) -> tuple:
             f"{DISABLE_ENV} names unknown hooks {sorted(unknown)}; known: "
             f"{known}. Fix: correct the names or unset {DISABLE_ENV}."
         )
+    if env.get(SHARED_KV_ENV) == "1":
+        _refuse_partial_shared_kv(disabled, [s.name for s in SHARED_KV_SPECS])
     specs = (*SPECS, *SHARED_KV_SPECS) if env.get(SHARED_KV_ENV) == "1" else SPECS
     fault = _debug.active_fault(env)
     faults = FAULT_SPECS[fault] if fault else ()
     return (*(s for s in specs if s.name not in disabled), *faults)
+
+
+def _refuse_partial_shared_kv(disabled: set[str], shared: list[str]) -> None:
+    """The shared-KV hooks are one unit: under ``CPKV_SHARED_KV=1`` none may be disabled.
+
+    Without the pool REPLACE or its check SGLang builds its own value-keyed pool (under a
+    backend its own gate would refuse); without the plan a rank that holds no token of a request
+    raises while the others wait in the next collective; without the gate SGLang's trtllm-only
+    check decides.
+
+    Raises:
+        SharedKVError: ``CPKV_DISABLE_HOOKS`` names a shared-KV hook.
+    """
+    off = [n for n in shared if n in disabled]
+    if off:
+        raise SharedKVError(
+            f"--cpkv-shared-kv ({SHARED_KV_ENV}=1) needs all of its hooks ({', '.join(shared)}) "
+            f"but {DISABLE_ENV} disables {', '.join(off)}, and SGLang would then run its own "
+            f"sharded KV code there. Fix: take {', '.join(off)} out of {DISABLE_ENV}, or run "
+            f"without --cpkv-shared-kv."
+        )
 
 
 def load() -> None:

@@ -104,7 +104,7 @@ def preflight(
             import, in one line).
     """
     check_cpkv_flags_known(sglang_argv, cpkv_flags)
-    hooks = check_hooks(index_flags)
+    hooks = check_hooks(index_flags, shared_kv=shared_kv)
     args = read_sglang_args(sglang_argv)
     check_parallel(args)
     if shared_kv:
@@ -131,14 +131,17 @@ def check_cpkv_flags_known(sglang_argv: Sequence[str], known: Sequence[str]) -> 
             raise InputError(f"unknown flag {printable(name)}; {hint}")
 
 
-def check_hooks(index_flags: Mapping[str, object]) -> tuple[str, ...]:
-    """The hooks to register; refuse a bad ``CPKV_DISABLE_HOOKS`` or a flag it disables, and a
-    debug plant asked for wrongly (an unacknowledged ``CPKV_DEBUG_FAULT``, a
+def check_hooks(index_flags: Mapping[str, object], *, shared_kv: bool = False) -> tuple[str, ...]:
+    """The hooks to register; refuse a bad ``CPKV_DISABLE_HOOKS`` or a flag it disables (a
+    shared-KV hook under ``--cpkv-shared-kv`` included: the four are one unit), and a debug
+    plant asked for wrongly (an unacknowledged ``CPKV_DEBUG_FAULT``, a
     ``CPKV_DEBUG_BREAK_HOOK`` naming no hook): SGLang's every process would refuse it later."""
     from sglang_cpkv.plugin._debug import broken_hook
-    from sglang_cpkv.plugin.entry import DISABLE_ENV, enabled_specs
+    from sglang_cpkv.plugin.entry import DISABLE_ENV, SHARED_KV_ENV, enabled_specs
 
     try:
+        if shared_kv:  # SGLang's processes will see CPKV_SHARED_KV=1 (cli sets it)
+            enabled_specs({**os.environ, SHARED_KV_ENV: "1"})
         names = tuple(spec.name for spec in enabled_specs())
         broken_hook(names)
     except CpkvSGLangError as err:

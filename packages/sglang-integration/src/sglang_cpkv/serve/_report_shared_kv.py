@@ -9,7 +9,7 @@ from typing import Any
 
 from sglang_cpkv.plugin.shared_kv._capacity import GIB, ScratchSpec, capacity_report
 
-__all__ = ["render_shared_kv", "shared_kv_section"]
+__all__ = ["draft_layers", "render_shared_kv", "shared_kv_section"]
 
 #: GPU memory assumed for an emulated GPU (H200 on SM90, B200 on SM100); --cpkv-gpu-mem-gib wins.
 ASSUMED_GPU_GIB = {9: 141.0, 10: 180.0}
@@ -101,9 +101,18 @@ def shared_kv_section(server_args: Any, capability: tuple[int, int] | None, args
             budget_bytes=budget,
             batch=tuple(args.scratch_batch),
             max_running_requests=_int_or_none(get("max_running_requests")),
+            draft_layers=draft_layers(get("speculative_algorithm"), hf),
         ),
     }
     return section
+
+
+def draft_layers(algorithm: Any, hf_config: Any) -> int:
+    """The EAGLE draft's KV layers SGLang sizes with the target (its ``eagle_draft_num_layers``:
+    the config's ``num_nextn_predict_layers`` for a path-less MTP draft); 0 without EAGLE."""
+    if str(algorithm or "").upper() not in ("EAGLE", "NEXTN"):
+        return 0
+    return int(getattr(hf_config, "num_nextn_predict_layers", 0) or 0)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -144,8 +153,13 @@ def render_shared_kv(s: dict) -> str:
         f"  backends: prefill {s['backends']['prefill']}, decode {s['backends']['decode']}",
         *(f"  why: {d['message']} ({d['reason']})" for d in s["backends"]["why"]),
         f"  scratch: {sc['max_prefix_tokens']:,} gather + {sc['chunk_tokens']:,} write rows of "
-        f"{sc['row_bytes']} B, x2 slots = {_mib(sc['bytes_both_slots'])} per rank "
-        f"(charged against the KV budget)",
+        f"{sc['row_bytes']} B, x2 slots = {_mib(sc['bytes_both_slots'])} per pool"
+        + (
+            f", x{sc['pools']} pools (target and EAGLE draft) = {_mib(sc['bytes_charged'])}"
+            if sc.get("pools", 1) > 1
+            else ""
+        )
+        + " per rank (charged against the KV budget)",
         f"  batch {b['requests']} x {b['prefix']:,}-token shared prefix + {b['extend']:,} new "
         f"tokens each, per layer slot:",
     ]
@@ -166,6 +180,7 @@ def render_shared_kv(s: dict) -> str:
         f"  KV budget per rank: {gpu} x mem_fraction_static {mem['mem_fraction_static']:.3f} - "
         f"weights/rank {mem['weights_bytes_per_rank'] or 'unknown'}; "
         f"{s['token_bytes_all_layers']:,} B per token over all layers"
+        + (f" (the draft's {s['draft_layers']} included)" if s.get("draft_layers") else "")
     )
     if "tokens" in s:
         t = s["tokens"]

@@ -9,6 +9,13 @@ index_head_dim / 128 * 4`` bytes (``_page_shard_row_bytes``); the prefix region 
 context lengths rounded to the ``N * P`` gather span (``make_page_shard_spec``), the chunk region
 the chunked-prefill budget rounded to a page. The KV budget itself is about
 ``GPU memory * mem_fraction_static - weights`` per rank (SGLang measures it at start-up).
+
+Under EAGLE (GLM's NextN) SGLang's ``DefaultPoolConfigurator`` (``pool_configurator.py``) sizes
+the target and the draft pool together: the draft's layers (``eagle_draft_num_layers``, the
+config's ``num_nextn_predict_layers``) add their latent and indexer bytes to every token, and
+the scratch is charged once per pool it builds (``compute_page_shard_scratch_bytes(...,
+include_mtp=True)`` doubles it). The token count is then rounded down to a page.
+``tests/test_shared_kv_capacity.py`` holds :func:`tokens_per_rank` equal to that configurator.
 """
 
 from __future__ import annotations
@@ -142,21 +149,28 @@ def batch_scratch(
 
 
 def tokens_per_rank(
-    budget_bytes: float, token_bytes: int, scratch_bytes: int, shard_size: int
+    budget_bytes: float, token_bytes: int, scratch_bytes: int, shard_size: int, page_size: int
 ) -> dict[str, int]:
-    """KV capacity of one rank: replicated (every rank holds every token) against sharded.
+    """KV capacity of one rank: replicated (every rank holds every token) against sharded, as
+    SGLang's ``DefaultPoolConfigurator.calculate_pool_sizes`` sizes it (whole pages).
 
     Args:
         budget_bytes: KV budget per rank (``GPU memory * mem_fraction_static - weights``).
-        token_bytes: bytes per token over all layers (latent + indexer).
-        scratch_bytes: the sharded pool's fixed scratch (charged before sizing).
-        shard_size: ``N``.
+        token_bytes: bytes per token over all layers of every pool (target and draft; latent +
+            indexer).
+        scratch_bytes: the sharded pools' fixed scratch (charged before sizing, once per pool).
+        shard_size: ``N``; page_size: ``P``.
 
     Returns:
         rows of each rank and distinct tokens the CP group caches, both ways.
     """
-    replicated = max(int(budget_bytes // token_bytes), 0)
-    sharded_rows = max(int((budget_bytes - scratch_bytes) // token_bytes), 0)
+    budget = int(budget_bytes)
+
+    def rows(available: int) -> int:
+        return max(available, 0) // token_bytes // page_size * page_size
+
+    replicated = rows(budget)
+    sharded_rows = rows(budget - scratch_bytes)
     return {
         "replicated_rows_per_rank": replicated,
         "replicated_tokens_cached": replicated,
@@ -188,18 +202,30 @@ def inverse_bound(
 
 def capacity_report(
     spec: ScratchSpec, *, layers: int, index_layers: int, budget_bytes: float | None,
-    batch: tuple[int, int, int], max_running_requests: int | None = None,
+    batch: tuple[int, int, int], max_running_requests: int | None = None, draft_layers: int = 0,
 ) -> dict[str, object]:  # fmt: skip
-    """The dry run's capacity section (JSON-serialisable)."""
+    """The dry run's capacity section (JSON-serialisable).
+
+    Args:
+        draft_layers: the EAGLE draft's KV layers (GLM's NextN: ``num_nextn_predict_layers``),
+            0 without EAGLE. Each adds a latent and an indexer row per token (SGLang's
+            configurator allocates the draft's indexer on every draft layer), and the draft
+            pool's scratch is charged like the target's.
+    """
     token_bytes = layers * spec.latent_bytes + index_layers * spec.index_bytes
+    token_bytes += draft_layers * (spec.latent_bytes + spec.index_bytes)
+    pools = 2 if draft_layers else 1
     out: dict[str, object] = {
         "token_bytes_all_layers": token_bytes,
+        "draft_layers": draft_layers,
         "scratch": {
             "shard_size": spec.shard_size,
             "max_prefix_tokens": spec.max_prefix_tokens,
             "chunk_tokens": spec.chunk_tokens,
             "row_bytes": spec.row_bytes,
             "bytes_both_slots": spec.scratch_bytes,
+            "pools": pools,
+            "bytes_charged": pools * spec.scratch_bytes,
         },
         "batch": {"requests": batch[0], "prefix": batch[1], "extend": batch[2]},
     }
@@ -211,7 +237,7 @@ def capacity_report(
     if budget_bytes is not None:
         out["kv_budget_bytes"] = int(budget_bytes)
         out["tokens"] = tokens_per_rank(
-            budget_bytes, token_bytes, spec.scratch_bytes, spec.shard_size
+            budget_bytes, token_bytes, pools * spec.scratch_bytes, spec.shard_size, spec.page_size
         )
     # per GiB of KV budget when the budget is unknown
     rows = (out["tokens"]["sharded_rows_per_rank"] if budget_bytes is not None  # type: ignore[index]

@@ -16,9 +16,12 @@ Why each refusal holds (SGLang 0.5.23, ``layers/attention/dsa_backend.py``):
   the gathered chunk of every request while ``init_forward_metadata`` bases each row on this
   rank's kept requests only: a rank missing an earlier request reads its rows. Refused unless
   the plugin's RAGGED-offset fix (a hook on ``init_forward_metadata``) is active.
-- ``flashmla_auto`` with fp8 on SM100 picks ``flashmla_sparse`` for batches whose KV is short
-  against their queries (``set_dsa_prefill_impl``), exactly the no-prefix batches: as above. On
-  SM90 it always picks ``flashmla_kv``; with bf16 always ``flashmla_sparse`` (PAGED).
+- ``flashmla_auto`` with fp8 on SM100 picks ``flashmla_sparse`` for every EXTEND batch whose KV
+  tokens are fewer than 512 times its query tokens (``set_dsa_prefill_impl``:
+  ``seq_lens_sum < extend_num_tokens * 512``, else ``flashmla_kv``): every batch without a prefix
+  (KV tokens = query tokens) and most batches with one (a 64K prefix with 2K new tokens is 66K <
+  1M), so the no-prefix batches above run it. On SM90 it always picks ``flashmla_kv``; with bf16
+  always ``flashmla_sparse`` (PAGED).
 - ``trtllm`` runs on SM100 only, and SGLang built its sharded pool for it with fp8 KV only.
 """
 
@@ -44,7 +47,9 @@ GATED_PREFILL_BACKENDS = (
     "triton_sparse_mla",
     "trtllm",
 )
-#: decode backends a sharded prefill node may run (EAGLE's draft/verify steps use them).
+#: decode backends a sharded prefill node may run: of EAGLE's steps only the draft extend after
+#: each prefill runs there (SGLang's ``forward_mode.is_draft_extend_v2`` paths use
+#: ``dsa_decode_impl``); draft decode and verify steps run on the decode node.
 SHARDED_DECODE_BACKENDS = ("flashmla_kv", "flashmla_sparse", "flashmla_auto", "trtllm")
 
 _RAGGED = (
@@ -123,10 +128,16 @@ def backend_verdict(backend: str, kv_dtype: str, sm_major: int, *, ragged_fixed:
                 True, "always flashmla_kv with fp8 KV on SM90: PAGED top-k over the scratch"
             )
         if ragged_fixed:
-            return Verdict(True, "flashmla_kv or flashmla_sparse per batch; RAGGED offsets fixed")
+            return Verdict(
+                True,
+                "flashmla_sparse where a batch's KV tokens < 512 x its query tokens, else "
+                "flashmla_kv; RAGGED offsets fixed",
+            )
         return Verdict(
             False,
-            "on SM100 with fp8 KV it runs flashmla_sparse on batches without prefix; " + _RAGGED,
+            "on SM100 with fp8 KV it runs flashmla_sparse on every batch whose KV tokens are "
+            "fewer than 512 x its query tokens (set_dsa_prefill_impl), every batch without a "
+            "prefix among them; " + _RAGGED,
         )
     return Verdict(
         False,
@@ -201,7 +212,8 @@ def gate_refusals(g: GateInput, *, ragged_fixed: bool) -> tuple[list[str], Verdi
             out.append(f"--dsa-prefill-backend {g.prefill_backend}: {verdict.reason}")
     if g.decode_backend not in SHARDED_DECODE_BACKENDS:
         out.append(
-            f"--dsa-decode-backend {g.decode_backend}: a sharded prefill node runs EAGLE's "
-            f"draft steps on it; validated: {', '.join(SHARDED_DECODE_BACKENDS)}"
+            f"--dsa-decode-backend {g.decode_backend}: under EAGLE a sharded prefill node runs "
+            f"the draft extend after each prefill with it (the draft's decode and verify steps "
+            f"run on the decode node); validated: {', '.join(SHARDED_DECODE_BACKENDS)}"
         )
     return out, verdict
