@@ -87,6 +87,13 @@ def main(site: Path, out: Path) -> int:
         print(f"abi shim: none; torch {box} on this box matches SGLang's pin {pin}")
         print()
         return 0
+    if not pin.startswith("2.13."):
+        print(
+            f"abi_shim: the shim translates torch 2.13's symbols and dispatch keys, but SGLang "
+            f"here pins torch {pin}; update abi_shim.cpp for that release",
+            file=sys.stderr,
+        )
+        return 2
     libs = [p for pkg in WHEEL_LIBS for p in sorted((site / pkg).rglob("*.so"))]
     torch_lib = Path(torch.__file__).parent / "lib"
     missing = missing_torch_symbols(

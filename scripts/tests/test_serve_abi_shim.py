@@ -63,3 +63,15 @@ def test_only_torch_namespaces_count_as_missing():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
 def test_the_shim_source_compiles():
     subprocess.run(["g++", "-std=c++17", "-fsyntax-only", str(abi_shim.SOURCE)], check=True)
+
+
+def test_the_carry_pins_every_package():
+    """``scripts/serve/carry``: every wheel it downloads is pinned (a pydantic and pydantic-core
+    fetched apart at their newest need not pair; the carry must be the set that ran)."""
+    text = (SCRIPT.parent / "carry").read_text()
+    names = []
+    for array in ("SERVER", "PURE"):
+        body = text.split(f"{array}=(", 1)[1].split(")", 1)[0]
+        names += body.split()
+    assert len(names) > 40
+    assert [n for n in names if "==" not in n] == []

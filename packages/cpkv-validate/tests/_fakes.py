@@ -228,6 +228,14 @@ class OverlapCorruption(Fake):
         return honest(others[0] if others else prompt, n)
 
 
+class SameAnswer(Fake):
+    """Every prompt gets the same tokens (a model whose weights make the prompt irrelevant): it
+    can pass every comparison, and no leak could ever show."""
+
+    def tokens(self, prompt: str, n: int, nth: int, others: list[str]) -> list[str]:
+        return honest("the same for everyone", n)
+
+
 class ChangesAfterBatch(Fake):
     """Correct until a batch has run; after it, each prompt alone gets another answer (state
     the batch left behind, which a flush does not clear)."""

@@ -12,6 +12,7 @@ greedy tokens compared", and one token with finish ``stop`` passed too.
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 from _fakes import stub_server
@@ -21,8 +22,11 @@ from hostile_cli import run_in_process
 N = 8  # --max-tokens of these runs
 
 
-def _words(n: int) -> str:
-    return " " + " ".join(f"t{k}" for k in range(n))
+def _words(n: int, prompt: str = "") -> str:
+    """``n`` words; with ``prompt``, words of that prompt only (a server whose answers do not
+    depend on the prompt is refused: nothing could show a leak)."""
+    tag = zlib.crc32(prompt.encode()) % 1000
+    return " " + " ".join(f"t{k}x{tag}" for k in range(n))
 
 
 def _run(complete, *extra: str):
@@ -64,7 +68,7 @@ def test_one_token_of_many_fails(answer):
 def test_one_word_that_usage_calls_eight_fails_and_shows_both_counts():
     """The finding: ``usage.completion_tokens`` said 8 for a one-word reply, and the request
     passed with one position compared. The count is the reply's; usage is shown beside it."""
-    run = _run(lambda prompt, nth: (_words(1), N, "length"))
+    run = _run(lambda prompt, nth: (_words(1, prompt), N, "length"))
     _not_enough(run)
     assert "1, usage says 8 (length)" in run.out
     assert "compared per request: 1 words of the first 8 generated" in run.out  # the header
@@ -72,20 +76,22 @@ def test_one_word_that_usage_calls_eight_fails_and_shows_both_counts():
 
 def test_one_token_and_a_stop_fails():
     """The finding: one token with finish ``stop`` passed (the server "stopped by itself")."""
-    run = _run(lambda prompt, nth: (_words(1), 1, "stop"))
+    run = _run(lambda prompt, nth: (_words(1, prompt), 1, "stop"))
     _not_enough(run)
     assert "1 (stop)" in run.out
 
 
 def test_only_the_batch_run_short_fails():
-    run = _run(lambda prompt, nth: (_words(N), N, "length") if nth == 0 else ("", 0, "length"))
+    run = _run(
+        lambda prompt, nth: (_words(N, prompt), N, "length") if nth == 0 else ("", 0, "length")
+    )
     # the batch's empty answers differ from the reference: that is contamination, exit 1
     assert run.code == 1 and "FAIL" in run.out
 
 
 def test_every_token_generated_passes_and_shows_the_count(tmp_path):
     report = tmp_path / "r.json"
-    run = _run(lambda prompt, nth: (_words(N), N, "length"), "--json", str(report))
+    run = _run(lambda prompt, nth: (_words(N, prompt), N, "length"), "--json", str(report))
     assert run.code == 0 and run.err == "" and "OK" in run.out
     assert "compared per request: 8 words of the first 8 generated" in run.out
     rows = json.loads(report.read_text())["scenarios"][0]["requests"]
@@ -95,7 +101,7 @@ def test_every_token_generated_passes_and_shows_the_count(tmp_path):
 
 
 def test_a_server_that_stops_early_passes_on_enough_tokens():
-    run = _run(lambda prompt, nth: (_words(3), 3, "stop"), "--min-compared", "3")
+    run = _run(lambda prompt, nth: (_words(3, prompt), 3, "stop"), "--min-compared", "3")
     assert run.code == 0, run
     assert "3 (stop)" in run.out
 
@@ -103,9 +109,9 @@ def test_a_server_that_stops_early_passes_on_enough_tokens():
 def test_usage_is_shown_never_counted():
     """A server without per-token output says 8 tokens for 5 words: 5 are compared, and 5 are
     enough only when ``--min-compared`` says so."""
-    short = _run(lambda prompt, nth: (_words(5), N, "length"))
+    short = _run(lambda prompt, nth: (_words(5, prompt), N, "length"))
     _not_enough(short)
-    run = _run(lambda prompt, nth: (_words(5), N, "length"), "--min-compared", "5")
+    run = _run(lambda prompt, nth: (_words(5, prompt), N, "length"), "--min-compared", "5")
     assert run.code == 0, run
     assert "5, usage says 8 (length)" in run.out
 
@@ -114,7 +120,9 @@ def test_differing_never_exceeds_compared(tmp_path):
     """Reference 2 tokens (stop), batch 5: 5 positions compared, 3 differ."""
     report = tmp_path / "r.json"
     run = _run(
-        lambda prompt, nth: (_words(2), 2, "stop") if nth != 1 else (_words(5), 5, "stop"),
+        lambda prompt, nth: (
+            (_words(2, prompt), 2, "stop") if nth != 1 else (_words(5, prompt), 5, "stop")
+        ),
         "--json",
         str(report),
     )

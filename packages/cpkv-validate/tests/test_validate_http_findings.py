@@ -25,6 +25,7 @@ from _fakes import (
     FirstMarkerCache,
     NearTieFlip,
     OverlapCorruption,
+    SameAnswer,
     honest,
     serve,
 )
@@ -51,6 +52,14 @@ def test_an_honest_server_passes_with_the_compared_count_per_request(tmp_path):
     assert "compared per request: 8 tokens of the first 8 generated" in run.out
     assert run.out.count(f"│        {N} │") == 4  # the compared column, one row per request
     assert cfg["drift_rule"] == "margin" and cfg["max_in_flight"] >= 2
+
+
+def test_a_server_that_answers_every_prompt_alike_proves_nothing(tmp_path):
+    """Equal outputs everywhere matched the reference (exit 0) while no leak could show."""
+    run, _rows, cfg = _run(SameAnswer(), tmp_path)
+    assert run.code == 2, run
+    assert run.err.count("\n") == 1 and "contamination undetectable" in run.err
+    assert cfg["distinct_reference_outputs"] == 1
 
 
 @pytest.mark.parametrize("flush", [False, True], ids=["no_flush", "flush"])

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import stub_server
+from _fakes import honest, stub_server
 from hostile_cli import run_interrupted_at_import
 
 # Runs first in a fresh interpreter: importing torch (or a submodule) fails loudly.
@@ -103,7 +103,7 @@ def test_the_refserver_needs_torch_once_its_arguments_are_good():
 
 
 def test_the_http_engine_runs_without_torch(tmp_path):
-    with stub_server(lambda prompt, nth: (" a b c d", 4, "length")) as url:
+    with stub_server(lambda prompt, nth: ("".join(honest(prompt, 4)), 4, "length")) as url:
         argv = ["--url", url, "--concurrency", "2", "--max-tokens", "4", "--min-compared", "4"]
         proc = _no_torch(*argv, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -151,7 +151,7 @@ HTTP_3 = ["--concurrency", "2", "--max-tokens", "3", "--min-compared", "3"]
 
 
 def test_a_pipe_gets_a_line_per_completion_before_the_table():
-    with stub_server(lambda prompt, nth: (" a b c", 3, "length")) as url:
+    with stub_server(lambda prompt, nth: ("".join(honest(prompt, 3)), 3, "length")) as url:
         lines = _merged("--url", url, *HTTP_3)
     progress = [i for i, line in enumerate(lines) if line.startswith("cpkv-validate: ")]
     # the reference, the batch and the reference again: 2 requests each
@@ -161,6 +161,6 @@ def test_a_pipe_gets_a_line_per_completion_before_the_table():
 
 
 def test_no_progress_silences_the_lines():
-    with stub_server(lambda prompt, nth: (" a b c", 3, "length")) as url:
+    with stub_server(lambda prompt, nth: ("".join(honest(prompt, 3)), 3, "length")) as url:
         lines = _merged("--url", url, *HTTP_3, "--no-progress")
     assert not [line for line in lines if line.startswith("cpkv-validate: ")]

@@ -75,3 +75,22 @@ def test_glm_config_reads_it_as_dsa(folder):
 def test_sizes_that_cannot_make_the_model_are_refused(bad):
     with pytest.raises(ValueError, match="tiny checkpoint needs"):
         tiny_glm51_config(**bad)
+
+
+@pytest.mark.slow
+def test_random_weights_load_back_at_transformers_scale(tmp_path):
+    """``weights=True``: the folder loads back into the model class with no weight missing or
+    left over, bf16, at transformers' initialisation scale (std 0.02), not SGLang's dummy
+    U(-0.001, 0.001); the experts are saved one by one, as released checkpoints hold them."""
+    from safetensors import safe_open
+
+    folder = write_tiny_checkpoint(tmp_path, weights=True, layers=2, experts=2)
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    assert cfg.index_topk == 2048  # our config.json, not save_pretrained's rewrite
+    _, info = transformers.AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        assert "model.layers.1.mlp.experts.1.down_proj.weight" in f.keys()  # noqa: SIM118
+        w = f.get_tensor("model.layers.0.self_attn.kv_b_proj.weight")
+    assert w.dtype == torch.bfloat16
+    assert 0.01 < float(w.float().std()) < 0.04

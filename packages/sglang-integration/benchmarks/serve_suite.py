@@ -1,7 +1,9 @@
 """``cpkv-serve`` serving, checked: a live SGLang server with the plugin, on one or more GPUs.
 
 For each served configuration it starts ``cpkv-serve`` on a checkpoint folder (a real one, or the
-tiny GLM-5.1-shaped one ``glm_config.write_tiny_checkpoint`` writes, with ``--load-format dummy``),
+tiny GLM-5.1-shaped one ``glm_config.write_tiny_checkpoint`` writes, with random weights of
+transformers' scale: SGLang's ``--load-format dummy`` makes every output alike, which
+``cpkv-validate`` refuses as evidence; ``--dummy-weights`` uses it anyway),
 then checks, in the live server:
 
 - **hooks**: SGLang's scheduler processes (one per TP/CP rank, not the launcher) each recorded
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,12 +40,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _serve_launch import CPKV_SERVE, NO_PLUGINS, PLAIN, ServerDied, generate, launch, post
-from bench_serve import measure
+from _serve_launch import (
+    CPKV_SERVE,
+    NO_PLUGINS,
+    PLAIN,
+    ServerDied,
+    free_port,
+    generate,
+    launch,
+    post,
+    stop,
+)
+from bench_serve import BF16_DECODE, measure
 
-#: bf16 KV: SGLang (and the plugin, which keeps a consistent pair) picks FA3 for decode on SM90;
-#: the suite's carry has no FA3 (1.75 GB), so bf16 runs decode on FlashMLA's sparse kernel.
-BF16_DECODE = ["--dsa-decode-backend", "flashmla_sparse"]
 EAGLE = [
     "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "1",
     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2",
@@ -85,17 +95,20 @@ def always_on_hooks() -> list[str]:
     return [s.name for s in SPECS]
 
 
-def hook_records(record_dir: Path, launcher_pid: int) -> list[dict]:
-    rows = [json.loads(p.read_text()) for p in sorted(record_dir.glob("*.json"))]
-    return [r for r in rows if r.get("pid") != launcher_pid]
+def hook_records(record_dir: Path) -> list[dict]:
+    """The plugin's per-process records (``hooks-<pid>.json``; its temp files are dot-files)."""
+    rows = [json.loads(p.read_text()) for p in sorted(record_dir.glob("hooks-*.json"))]
+    return [r for r in rows if r.get("process") != "launcher"]
 
 
 def validate(url: str, report: Path) -> tuple[int, str]:
-    """``cpkv-validate --url``: its exit status and its last lines."""
+    """``cpkv-validate --url``: its exit status (0 pass, 1 contamination, 2 no evidence or an
+    unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s."""
     proc = subprocess.run(
         [sys.executable, "-m", "cpkv_validate", "--url", url, "--concurrency", "8",
-         "--requests", "8", "--max-tokens", "16", "--no-progress", "--json", str(report)],
-        capture_output=True, text=True, timeout=300,
+         "--requests", "8", "--max-tokens", "32", "--timeout", "600", "--no-progress",
+         "--json", str(report)],
+        capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     return proc.returncode, "\n".join((proc.stdout + proc.stderr).splitlines()[-14:])
 
@@ -133,10 +146,13 @@ def check_config(
                 rows = json.loads(bench.read_text()) if bench.exists() else []
                 rows += [{"server": TIMED[name], **r} for r in measure(srv, 2, random.Random(0))]
                 bench.write_text(json.dumps(rows, indent=1) + "\n")
-            records = hook_records(record_dir, srv.proc.pid)
+            records = hook_records(record_dir)
             log = srv.log_text()
     except ServerDied as exc:
         row.update(error=str(exc), ok=False)
+        return row
+    except Exception as exc:  # an HTTP error, a malformed answer: this configuration fails
+        row.update(error=f"{type(exc).__name__}: {exc}", ok=False)
         return row
     want = set(always_on_hooks())
     row["hook_records"] = [
@@ -154,28 +170,41 @@ def check_config(
     return row
 
 
+#: refusal -> (extra arguments, environment, exit status, a phrase its last cpkv line holds)
+REFUSALS = {
+    "planted-hook-failure": ([*BF16_DECODE], BREAK_ENV, 1, "did not take"),
+    "shared-kv-at-cp1": ([*BF16_DECODE, "--cpkv-shared-kv"], {}, 2, "--cpkv-shared-kv"),
+}
+
+
 def check_refusals(base: list[str], out: Path) -> list[dict]:
-    """The planted hook failure and the CP-1 refusal: each must stop start-up in one line."""
+    """The planted hook failure and the CP-1 refusal: each must stop start-up, before any weight
+    loads, with its own exit status and one line saying why. ``base`` is built at CP size 1."""
     rows = []
-    for name, argv, env in (
-        ("planted-hook-failure", [*base, *BF16_DECODE], BREAK_ENV),
-        ("shared-kv-at-cp1", [*base, *BF16_DECODE, "--cpkv-shared-kv"], {}),
-    ):
+    for name, (extra, env, code, phrase) in REFUSALS.items():
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [*CPKV_SERVE, *argv, "--port", "30999"],
-            capture_output=True, text=True, timeout=240, env={**os.environ, **env},
+        proc = subprocess.Popen(
+            [*CPKV_SERVE, *base, *extra, "--host", "127.0.0.1", "--port", str(free_port())],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **env}, start_new_session=True,
         )  # fmt: skip
-        (out / "logs" / f"{name}.log").write_text(proc.stdout + proc.stderr)
-        cpkv_lines = [ln for ln in proc.stderr.splitlines() if "cpkv" in ln.lower()]
+        try:
+            stdout, stderr = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            stop(proc)  # it started serving: the whole process group goes
+            stdout, stderr = proc.communicate()
+        (out / "logs" / f"{name}.log").write_text(stdout + stderr)
+        lines = [ln for ln in stderr.splitlines() if "cpkv" in ln.lower()]
+        line = lines[-1] if lines else stderr.strip()[-300:]
+        loaded = "Load weight begin" in stdout + stderr
         rows.append(
             {
                 "config": name,
                 "exit": proc.returncode,
                 "seconds": round(time.perf_counter() - t0, 1),
-                "line": cpkv_lines[-1] if cpkv_lines else proc.stderr.strip()[-300:],
-                "weights_loaded": "Load weight begin" in proc.stdout + proc.stderr,
-                "ok": proc.returncode != 0 and "Load weight begin" not in proc.stdout + proc.stderr,
+                "line": line,
+                "weights_loaded": loaded,
+                "ok": proc.returncode == code and phrase in line and not loaded,
             }
         )
     return rows
@@ -189,20 +218,29 @@ def main() -> int:
     p.add_argument("--attn-cp-size", type=int, default=1)
     p.add_argument("--only", nargs="*", help=f"configurations to run, in order (default {ORDER})")
     p.add_argument("--no-timing", action="store_true", help="skip bench_serve.measure")
+    p.add_argument(
+        "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"
+    )
     args = p.parse_args()
+    unknown = set(args.only or []) - set(ORDER)
+    if unknown:
+        p.error(f"unknown --only {sorted(unknown)}; choose from {ORDER}")
+    # gpu-suite's timeout sends SIGTERM: leave through finally, which stops the servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
-    dummy = args.model is None
-    if dummy:
+    dummy = args.model is None and args.dummy_weights
+    if args.model is None:
         from glm_config import write_tiny_checkpoint
 
-        args.model = write_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="tiny-glm51-")))
+        folder = Path(tempfile.mkdtemp(prefix="tiny-glm51-"))
+        args.model = write_tiny_checkpoint(folder, weights=not dummy)
     base = base_args(args.model, args.tp, args.attn_cp_size, dummy)
     names = args.only or ORDER
     rows = []
     for name in names:
         t0 = time.perf_counter()
         if name == "refusals":
-            rows += check_refusals(base, args.out)
+            rows += check_refusals(base_args(args.model, args.tp, 1, dummy), args.out)
         elif name == "plain":
             row = check_config(
                 name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing

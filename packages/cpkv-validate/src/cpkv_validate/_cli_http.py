@@ -3,7 +3,8 @@
 Exit status: 0 no contamination, every request compared on enough tokens, and requests really
 overlapped; 1 contamination only (a foreign marker in any output, a difference from the
 reference beyond drift, a reference that changed under load); 2 everything else, each one line:
-not enough evidence (a request compared on fewer than ``--min-compared`` tokens), not a batch
+not enough evidence (a request compared on fewer than ``--min-compared`` tokens), every prompt
+answered alike (nothing could show a leak), not a batch
 test (at most one request in flight), a server that cannot be used (``ServerError``).
 """
 
@@ -122,6 +123,15 @@ def http_status(prog: str, report: Report) -> int:
             f"so matching outputs prove little; the table shows each run's tokens. Fix: check "
             f"--model and the server's generation limits, raise --max-tokens, or lower "
             f"--min-compared",
+        )
+    distinct = cfg.get("distinct_reference_outputs")
+    if distinct is not None and distinct < 2 <= len(rows):
+        return refuse(
+            prog,
+            f"contamination undetectable: the server answered all {len(rows)} prompts alone with "
+            f"the same tokens, so a request reading another's KV would look the same; serve a "
+            f"model whose output depends on its prompt (random weights of a realistic scale, "
+            f"not near-zero ones)",
         )
     in_flight = int(cfg.get("max_in_flight") or 0)
     if in_flight < lim.MIN_CONCURRENCY:

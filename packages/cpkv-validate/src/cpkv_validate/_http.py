@@ -172,6 +172,9 @@ def run_http(
         or "unavailable (the reference may share the server's cache)",
         "reference_isolation": _isolation(flushes + flushes_after),
         "max_in_flight": max_in_flight(intervals),
+        # a server that answers every prompt alike cannot show one request reading another's
+        # KV (a model whose weights make the prompt irrelevant): the status says so
+        "distinct_reference_outputs": len({tuple(c.tokens) for c in before}),
         "batch_intervals_s": [[round(s - t_start, 6), round(e - t_start, 6)] for s, e in intervals],
     }
     description = (

@@ -229,7 +229,9 @@ def serve(
     torch.set_num_threads(1)
     ref = RefServer(inverse=inverse, seed=seed, allocator=allocator)
     if httpd is None:
-        httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(ref))
+        from .refserver import QuietHTTPServer
+
+        httpd = QuietHTTPServer(("127.0.0.1", port), _handler(ref))
     else:
         httpd.RequestHandlerClass = _handler(ref)
     threading.Thread(target=httpd.serve_forever, name="refserver-http", daemon=True).start()

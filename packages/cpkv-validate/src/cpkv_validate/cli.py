@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         "context parallelism) against the same request alone at batch size 1 without CP.",
         epilog=EPILOG + "Exit status: 0 every request matches batch size 1 (or drifts at a "
         "near-tie); 1 contamination, and nothing else; 2 bad input, a server that cannot be "
-        "used, not enough evidence (fewer than --min-compared tokens compared), not a batch test "
+        "used, not enough evidence (fewer than --min-compared tokens compared), every prompt "
+        "answered alike (no leak could show), not a batch test "
         "(requests did not overlap), or output that cannot be written (one line on stderr names "
         "it and the fix); 130 interrupted (Ctrl-C; --json is left as it was, it is only ever "
         "replaced whole). --json - writes the JSON to stdout and the table to stderr.",

@@ -15,6 +15,7 @@ imported, so a bad argument is refused in well under a second.
 
 from __future__ import annotations
 
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,9 +24,21 @@ from cpkv_cli import OneLineParser, quiet_stdout, run
 from ._limits import MAX_SEED
 from .cli import ALLOCATOR_MODES
 
-__all__ = ["main"]
+__all__ = ["QuietHTTPServer", "main"]
 
 PROG = "python -m cpkv_validate.refserver"
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """An HTTP server that lets a client hang up: a client that timed out and closed its socket
+    (a busy box) is no error of the server's, so only other exceptions print a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # reset, broken pipe, aborted
+            return
+        super().handle_error(request, client_address)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +76,7 @@ def _main(argv: list[str] | None) -> int:
     if not 0 <= args.seed <= MAX_SEED:
         p.error(f"--seed must be in 0..{MAX_SEED} (a signed 64-bit seed); got {args.seed}")
     try:  # bind first: a taken port is refused before the model is built
-        httpd = ThreadingHTTPServer(("127.0.0.1", args.port), BaseHTTPRequestHandler)
+        httpd = QuietHTTPServer(("127.0.0.1", args.port), BaseHTTPRequestHandler)
     except OSError as exc:
         p.error(f"--port {args.port}: cannot listen on 127.0.0.1 ({exc.strerror}); pick another")
     from ._refserver import serve  # torch and the engine: only once the arguments are good

@@ -4,8 +4,11 @@ GLM-5.1 (``GlmMoeDsaForCausalLM``) keeps its attention and indexer shapes here, 
 what the DSA backends, the KV pool and the indexer kernels see: 64 heads, ``kv_lora_rank`` 512,
 rope 64, nope 192, v 256, 32 indexer heads of 128, ``index_topk`` 2048. Everything that only
 scales the model shrinks: hidden 1024, a few layers, a few small experts, a 258-token byte-level
-vocabulary. The folder holds ``config.json`` and a tokenizer; a server loads it with random
-weights (SGLang's ``--load-format dummy``), so no weights file is written.
+vocabulary. The folder holds ``config.json``, a tokenizer and, with ``weights=True``, random
+weights at a realistic scale (transformers' own initialisation: normal, std 0.02, norms 1) in
+safetensors. SGLang's ``--load-format dummy`` needs no weights file but fills every weight, norms
+included, from U(-0.001, 0.001): the logits are then near zero and near-equal, and the output
+hardly depends on the prompt, so a served contamination check could not see a leak.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def tiny_glm51_config(
     }
 
 
-def write_tiny_checkpoint(path: str | Path, **config: Any) -> Path:
+def write_tiny_checkpoint(path: str | Path, *, weights: bool = False, **config: Any) -> Path:
     """Write the tiny model's folder (``config.json`` + a byte-level BPE tokenizer) at ``path``.
 
     Every byte is one token (no merges), so a prompt of N ASCII characters is N tokens: prompt
@@ -91,6 +94,8 @@ def write_tiny_checkpoint(path: str | Path, **config: Any) -> Path:
 
     Args:
         path: the folder, created if missing; an existing ``config.json`` there is replaced.
+        weights: also write random bf16 weights (``model.safetensors``, built by transformers'
+            ``GlmMoeDsaForCausalLM``; needs torch), seeded, so two calls write the same model.
         **config: passed to :func:`tiny_glm51_config`.
 
     Returns:
@@ -110,5 +115,19 @@ def write_tiny_checkpoint(path: str | Path, **config: Any) -> Path:
     tok.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(folder)
-    (folder / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    text = json.dumps(cfg, indent=1) + "\n"
+    (folder / "config.json").write_text(text)
+    if weights:
+        _write_random_weights(folder)
+        # save_pretrained wrote config.json from transformers' config object: keep ours
+        (folder / "config.json").write_text(text)
     return folder
+
+
+def _write_random_weights(folder: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
