@@ -14,7 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, CancelledError, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 __all__ = ["max_in_flight", "run_concurrently"]
@@ -46,27 +46,31 @@ def run_concurrently(
         The first exception a job raised; jobs not yet started are cancelled.
     """
     wave = threading.Barrier(min(concurrency, len(jobs)))
+    stopped = threading.Event()  # a failure or Ctrl-C: a thread released by it starts nothing
     intervals: list[tuple[float, float]] = [(0.0, 0.0)] * len(jobs)
 
     def timed(i: int) -> T:
         if i < wave.parties:  # broken (a thread never came): start anyway, the intervals tell
             with contextlib.suppress(threading.BrokenBarrierError):
                 wave.wait(wait_s)
+        if stopped.is_set():
+            raise CancelledError
         start = time.monotonic()
         out = jobs[i]()
         intervals[i] = (start, time.monotonic())
         return out
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(timed, i) for i in range(len(jobs))]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f in done and f.exception()), None)
-            if failed is not None:
-                raise failed.exception()  # type: ignore[misc]
-        except BaseException:  # a failed request, Ctrl-C: start nothing more
-            for f in futures:
-                f.cancel()
-            wave.abort()
-            raise
-        return [f.result() for f in futures], intervals
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    futures = [pool.submit(timed, i) for i in range(len(jobs))]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f in done and f.exception()), None)
+        if failed is not None:
+            raise failed.exception()  # type: ignore[misc]
+    except BaseException:  # a failed request, Ctrl-C: start nothing more, wait for nothing
+        stopped.set()
+        wave.abort()
+        pool.shutdown(wait=False, cancel_futures=True)  # requests in flight end by --timeout
+        raise
+    pool.shutdown()
+    return [f.result() for f in futures], intervals

@@ -29,8 +29,9 @@ MAX_CONCURRENCY = 1024
 (so it is also held below the open-file limit); 1024 requests fill any batch a server forms."""
 
 MAX_REQUESTS = 4096
-"""Most requests of an ``http`` run. The golden run completes them one at a time: at 0.1-1 s a
-completion, 4096 is already 7 minutes to over an hour before the batch starts."""
+"""Most requests of an ``http`` run. The reference runs twice (before and after the batch), one
+request at a time, each after a cache flush and a one-token warm-up: at 0.1-1 s a completion,
+4096 is already a quarter of an hour to several hours besides the batch."""
 
 MAX_TOKENS = 32768
 """Most tokens generated per request (``--max-tokens``). The rule compares a short greedy window
@@ -49,9 +50,10 @@ while 8 equal greedy tokens of a model whose outputs differ by prompt are eviden
 the reply itself (logprob tokens, else words of the text), never from ``usage``."""
 
 MARKER_PIECE = 6
-"""Characters of a marker's tag that identify it in an output (``_markers``): a tag is 7 (two
-index digits, ``x``, four hex digits), so a leak cut by one character either side is still
-found; a given 6-character string turns up by chance in 32 random bytes about once in 10**13."""
+"""Characters of a marker's tag that identify it in an output (``_markers``): a tag is 7 to 9
+(the request index, at least two digits, ``x``, four hex digits), so a leak cut by a character
+or more is still found; a given 6-character string turns up by chance in 32 random bytes about
+once in 10**13."""
 
 DRIFT_EPSILON = 0.1
 """Default ``--drift-epsilon`` (nats): a first difference where the top two logprobs of either
