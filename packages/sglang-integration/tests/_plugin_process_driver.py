@@ -31,6 +31,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -241,6 +242,7 @@ def main(out: str) -> None:
     results["scheduler"]["pid"] = proc.pid
     for name, (pid, _) in children.items():
         results[name]["pid"] = pid
+    shutil.rmtree(work, ignore_errors=True)  # the children's records are read into results
     Path(out).write_text(json.dumps(results, indent=1))
 
 
