@@ -120,6 +120,7 @@ def check_config(
     out: Path,
     command: list[str] = CPKV_SERVE,
     timed: bool = True,
+    ready_timeout: float = 480.0,
 ) -> dict:
     """One served configuration: hooks in the live processes, requests, the harness (and the
     numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``)."""
@@ -127,7 +128,9 @@ def check_config(
     env = {**env, "CPKV_HOOKS_RECORD_DIR": str(record_dir)}
     row: dict = {"config": name, "args": argv, "env": sorted(env)}
     try:
-        with launch(name, command, argv, log_dir=out / "logs", env=env) as srv:
+        with launch(
+            name, command, argv, log_dir=out / "logs", env=env, ready_timeout=ready_timeout
+        ) as srv:
             row["ready_s"] = round(srv.ready_s, 1)
             gen = generate(srv, "The quick brown fox jumps over", 12)
             comp = post(
@@ -219,6 +222,12 @@ def main() -> int:
     p.add_argument("--only", nargs="*", help=f"configurations to run, in order (default {ORDER})")
     p.add_argument("--no-timing", action="store_true", help="skip bench_serve.measure")
     p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=480.0,
+        help="seconds a server may take to answer /v1/models (a fresh box compiles for minutes)",
+    )
+    p.add_argument(
         "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"
     )
     args = p.parse_args()
@@ -243,17 +252,23 @@ def main() -> int:
             rows += check_refusals(base_args(args.model, args.tp, 1, dummy), args.out)
         elif name == "plain":
             row = check_config(
-                name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing
-            )
+                name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing,
+                args.ready_timeout,
+            )  # fmt: skip
             row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
             rows.append(row)
         elif name == "planted-fault":
-            row = check_config(name, [*base, *BF16_DECODE], FAULT_ENV, args.out)
+            row = check_config(
+                name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout
+            )
             row["ok"] = row.get("validate_exit") == 1  # contamination must be found
             rows.append(row)
         else:
             extra, env, _ = CONFIGS[name]
-            row = check_config(name, [*base, *extra], env, args.out, timed=not args.no_timing)
+            row = check_config(
+                name, [*base, *extra], env, args.out, timed=not args.no_timing,
+                ready_timeout=args.ready_timeout,
+            )  # fmt: skip
             passed = (
                 row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
             )

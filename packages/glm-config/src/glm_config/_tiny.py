@@ -125,9 +125,24 @@ def write_tiny_checkpoint(path: str | Path, *, weights: bool = False, **config: 
 
 
 def _write_random_weights(folder: Path) -> None:
+    """transformers' model with one more layer, whose weights become the NextN layer's decoder
+    (``model.layers.<layers>.*``, where released GLM-5 checkpoints keep it and SGLang's NextN
+    loader looks), plus the NextN-only tensors (``eh_proj``, ``enorm``, ``hnorm``,
+    ``shared_head.norm``): without them EAGLE's draft would run on uninitialised memory."""
     import torch
+    from safetensors.torch import load_file, save_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
-    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    raw = json.loads((folder / "config.json").read_text())
+    layers, hidden = raw["num_hidden_layers"], raw["hidden_size"]
+    # built afresh: transformers derives per-layer lists (the indexer's) from the layer count
+    cfg = AutoConfig.for_model(raw.pop("model_type"), **{**raw, "num_hidden_layers": layers + 1})
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size="100GB")
+    tensors = load_file(folder / "model.safetensors")
+    nextn = f"model.layers.{layers}"
+    tensors[f"{nextn}.eh_proj.weight"] = (torch.randn(hidden, 2 * hidden) * 0.02).bfloat16()
+    for norm in ("enorm", "hnorm", "shared_head.norm"):
+        tensors[f"{nextn}.{norm}.weight"] = torch.ones(hidden, dtype=torch.bfloat16)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
