@@ -213,6 +213,30 @@ def check_refusals(base: list[str], out: Path) -> list[dict]:
     return rows
 
 
+def suite_table(rows: list[dict]) -> str:
+    """The suite as a markdown table: one row per check, with the evidence a reader asks for."""
+    lines = [
+        "| check | verdict | ready | hooks in schedulers | requests | cpkv-validate | note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        if "exit" in r:  # a refusal
+            note = f"exit {r['exit']} in {r['seconds']} s: {r['line'][:160]}"
+            cells = ["—", "—", "—", "—", note]
+        else:
+            procs = [h["process"] for h in r.get("hook_records", [])]
+            cells = [
+                f"{r['ready_s']} s" if "ready_s" in r else "—",
+                ("all" if r.get("hooks_ok") else "no") + f" ({len(procs)} process(es))",
+                "ok" if r.get("requests_ok") else "no",
+                str(r.get("validate_exit", "—")),
+                (r.get("error") or "").splitlines()[0][:160] if r.get("error") else "",
+            ]
+        verdict = "PASS" if r.get("ok") else "FAIL"
+        lines.append(f"| {r['config']} | {verdict} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -281,6 +305,7 @@ def main() -> int:
             f"serve-suite: {name}: {verdict} ({took:.0f} s) {r.get('error', '')[:300]}", flush=True
         )
         (args.out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (args.out / "serve-suite.md").write_text(suite_table(rows))
     return 0 if all(r.get("ok") for r in rows) else 1
 
 
