@@ -102,6 +102,10 @@ def test_cache_dir_env(monkeypatch, tmp_path: Path):
     assert cache_root() == tmp_path / "c"
     monkeypatch.delenv("CPKV_CACHE_DIR")
     assert cache_root() == Path.home() / ".cache" / "cpkv"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("CPKV_CACHE_DIR", str(tmp_path / "file"))  # the declaration's parser
+    with pytest.raises(KernelBuildError, match=r"CPKV_CACHE_DIR='.*file': expected a directory"):
+        cache_root()
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ latent), 656 (fp8 + scales) and 132 (indexer) bytes; plus the dedup saving for 8
 time.perf_counter. Reports p50 with p20/p80, the ratio to torch, and effective bandwidth against a
 measured device copy.
 
-    PYTHONPATH=packages/cpkv-runtime/src python3 packages/cpkv-runtime/benchmarks/bench_runtime.py \
+    PYTHONPATH=packages/cpkv-runtime/src:packages/cpkv-cli/src \
+        python3 packages/cpkv-runtime/benchmarks/bench_runtime.py \
         --device cuda --out docs/benchmarks
 
 Merges its rows into ``<out>/cpkv-runtime.json``: the rows of ``--merge`` (default: that JSON)

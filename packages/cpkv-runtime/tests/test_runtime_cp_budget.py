@@ -116,7 +116,7 @@ def test_budget_from_the_environment(monkeypatch):
         cr.cp_split([100], 4)
     assert cr.cp_split([100], 4, max_bytes=10**9).local_len == 32  # the argument wins
     monkeypatch.setenv(ENV, "8G")
-    with pytest.raises(cr.LayoutError, match=rf"{ENV}='8G' is not a byte count"):
+    with pytest.raises(cr.LayoutError, match=rf"{ENV}='8G': expected a byte count"):
         cr.cp_split([100], 4)
 
 

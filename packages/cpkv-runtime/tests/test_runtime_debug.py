@@ -85,6 +85,14 @@ def test_debug_mode_catches_a_wrong_remap(monkeypatch, buggy):
         cr.remap_locs(locs, req, layout)
 
 
+def test_debug_mode_refuses_a_value_that_is_neither_on_nor_off(monkeypatch):
+    """``maybe`` was silently off; it is refused as every command refuses it at start."""
+    layout = SCENARIOS["cache_miss_mixed"].plan()
+    monkeypatch.setenv("CPKV_DEBUG", "maybe")
+    with pytest.raises(cr.LayoutError, match=r"CPKV_DEBUG='maybe': expected 1 or 0"):
+        cr.remap_locs(torch.tensor([[48, 57]]), torch.tensor([1]), layout)
+
+
 def test_check_invariants_names_a_foreign_history_row():
     r = run(SCENARIOS["shared_prefix_pages"])
     args = (r.kv_pool, r.dense, r.current_kv, r.token_req, r.out_cache_loc)

@@ -75,7 +75,7 @@ def test_env_forces_a_backend(monkeypatch):
     monkeypatch.setenv("CPKV_BACKEND", " AUTO ")
     assert reg.resolve("materialize", CPU).name == "cuda"
     monkeypatch.setenv("CPKV_BACKEND", "fastest")
-    with pytest.raises(cr.LayoutError, match="CPKV_BACKEND='fastest' is not a backend"):
+    with pytest.raises(cr.LayoutError, match="CPKV_BACKEND='fastest': expected auto, torch"):
         reg.resolve("materialize", CPU)
 
 
@@ -139,6 +139,26 @@ def test_extra_backends_from_env(monkeypatch):
     monkeypatch.setenv("CPKV_EXTRA_BACKENDS", "_backends_for_tests:cuda_on_cpu, ")
     reg = _dispatch.Registry()
     assert reg.resolve("materialize", CPU, "cuda").name == "cuda"
+
+
+def test_malformed_extra_backends_warn_once_and_load_nothing(monkeypatch):
+    """Parsed by its declaration (what a command refuses at start); the library skips it, as
+    it skips a failing entry point."""
+    monkeypatch.setenv("CPKV_EXTRA_BACKENDS", "_backends_for_tests.cuda_on_cpu")  # no ':'
+    tb.LOADS.clear()
+    reg = _dispatch.Registry()
+    with pytest.warns(cr.BackendWarning, match="CPKV_EXTRA_BACKENDS='_backends_for_tests.cuda_"):
+        reg.discover()
+    assert tb.LOADS["cuda_on_cpu"] == 0
+
+
+def test_backend_choices_are_the_declared_ones():
+    """``CPKV_BACKEND``'s declaration (``cpkv_cli.environment``) accepts exactly CHOICES."""
+    from cpkv_cli.environment import CPKV_BACKEND
+
+    for name in _dispatch.CHOICES:
+        assert CPKV_BACKEND.read({"CPKV_BACKEND": name.upper()}) == name
+    assert set(CPKV_BACKEND.accepts.replace(" or", ",").split(", ")) == set(_dispatch.CHOICES)
 
 
 def test_register_rejects_bad_backends():

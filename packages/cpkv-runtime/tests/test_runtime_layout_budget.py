@@ -179,7 +179,7 @@ def test_budget_from_the_environment(monkeypatch):
         cr.plan_layout([[3, 4]], [0], [100], 64, 16)
     assert cr.plan_layout([[3, 4]], [0], [100], 64, 16, max_bytes=10**7).num_slots == 2
     monkeypatch.setenv(ENV, "1G")
-    with pytest.raises(cr.LayoutError, match=rf"{ENV}='1G' is not a byte count"):
+    with pytest.raises(cr.LayoutError, match=rf"{ENV}='1G': expected a byte count"):
         cr.plan_layout_static([[3, 4]], [0], [100], 64, 16)
 
 

@@ -86,7 +86,7 @@ CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "m_list_unknown": (["plan", "--m-list", "upstream"], "invalid choice: 'upstream'", {}),
     "m_list_env_unknown": (
         ["plan"],
-        "M list source 'upstream' is not one of auto, sglang, copy",
+        "DEEPGEMM_COMPAT_M_LIST='upstream': expected auto, sglang or copy; or unset it (auto)",
         {"DEEPGEMM_COMPAT_M_LIST": "upstream"},
     ),
     "plan_format_xml": (["plan", "--format", "xml"], "argument --format: invalid choice", {}),
@@ -96,8 +96,8 @@ CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "doctor_unknown_flag": (["doctor", "--cp", "8"], "unrecognized arguments: --cp 8", {}),
     "doctor_min_kernel_not_a_version": (
         ["doctor", "--no-import"],
-        "DEEPGEMM_COMPAT_MIN_SGL_KERNEL='newest' is not a version; fix: set it to one such as "
-        "0.4.9, or unset it",
+        "DEEPGEMM_COMPAT_MIN_SGL_KERNEL='newest': expected a version (e.g. 0.4.9); or unset it "
+        "(0.4.9)",
         {"DEEPGEMM_COMPAT_MIN_SGL_KERNEL": "newest"},
     ),
     # the command itself
@@ -144,6 +144,18 @@ def test_doctor_names_a_pdl_value_apply_pdl_would_refuse(workdir, monkeypatch):
     warnings = [line for line in run.out.splitlines() if line.startswith("warning[pdl-env]")]
     assert run.code == 0 and len(warnings) == 1
     assert "SGLANG_DEEPGEMM_PDL='maybe' is not a boolean" in warnings[0]
+
+
+def test_a_bad_variable_does_not_break_the_import():
+    """``_load`` reads the pairing at import time: a bad ``DEEPGEMM_COMPAT_ALLOW_UNTESTED`` makes
+    the facade unavailable, naming it, instead of an import-time traceback."""
+    code = "import deepgemm_compat._load as m; print(m.AVAILABLE, m.MISSING_MESSAGE)"
+    env = {**os.environ, "DEEPGEMM_COMPAT_ALLOW_UNTESTED": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("False DEEPGEMM_COMPAT_ALLOW_UNTESTED='2': expected 1 or 0")
 
 
 def test_kernel_minimum_argument_not_a_version():

@@ -187,6 +187,29 @@ def test_set_dry_run_and_no_op_write_nothing(run_line, tmp_path):
     assert (d / "config.json").read_bytes() == before and _files(d) == {"config.json"}
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--force", "index_topk_freq=2"],
+        ["--dry-run", "index_topk_freq=2"],
+        ["--dry-run", "index_topk_freq=2", "--force", "index_skip_topk_offset=3"],
+        ["index_topk_freq=2", "--dry-run"],
+    ],
+    ids=["force-first", "dry-run-first", "options-between", "options-last"],
+)
+def test_set_takes_its_options_anywhere(run_line, tmp_path, argv):
+    """``set DIR --force index_topk_freq=2`` said "unrecognized arguments: index_topk_freq=2":
+    argparse matched both positionals at ``DIR``, before the option."""
+    d = write_model(tmp_path, "glm5_freq4")
+    code, out, err = run_line("set", d, *argv)
+    assert (code, err) == (0, "")
+    assert "index_topk_freq: 4 -> 2" in out
+    if "index_skip_topk_offset=3" in argv:
+        assert "index_skip_topk_offset:" in out and "-> 3" in out
+    written = json.loads((d / "config.json").read_text())["index_topk_freq"]
+    assert written == (4 if "--dry-run" in argv else 2)
+
+
 def test_module_entry_point(tmp_path):
     d = write_model(tmp_path, "glm5_freq4")
     proc = subprocess.run(

@@ -90,6 +90,44 @@ def test_config_dir(run_line, tmp_path):
     assert "hidden 512, q_lora_rank 64, 4 x 32" in out and "79.9 MFLOP unshared" in out
 
 
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+}  # fmt: skip
+DEEPSEEK_V3 = {  # V3, not V3.2: MLA without the DSA indexer
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+}  # fmt: skip
+GLM5 = {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa"} | {
+    "num_hidden_layers": 78, "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [
+        (LLAMA, "model_type 'llama' (LlamaForCausalLM) has no DSA lightning indexer"),
+        (DEEPSEEK_V3, "model_type 'deepseek_v3' (DeepseekV3ForCausalLM) has no DSA"),
+        (GLM5, None),
+    ],
+    ids=["llama", "deepseek-v3", "glm-5"],
+)
+def test_config_of_a_model_without_a_dsa_indexer_is_refused(run_line, tmp_path, config, refused):
+    """A Llama config printed an all-full schedule, exit 0, where glm-config and cpkv-serve
+    refuse the model; the same models are refused here, in one line, exit 2."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, err = run_line("schedule", "--config", str(tmp_path))
+    if refused is None:
+        assert code == 0 and out.startswith("IndexCache schedule: 78 layers") and err == ""
+        return
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"indexcache: error: {tmp_path}/config.json: ")
+    assert refused in err and "give a DSA model's config" in err
+    glm_config = pytest.importorskip("glm_config")  # its rule refuses the same models
+    assert not glm_config.is_dsa(config)
+
+
 def test_config_with_cli_factor_is_refused(run_line, tmp_path):
     """A LongCat-style config.json: cli_factor is refused by name, exit 2."""
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 8, "cli_factor": 3}))

@@ -152,3 +152,20 @@ def test_the_dry_run_reports_on_this_release(capsys):
     assert out[0].endswith(f"sglang {INSTALLED}")
     parallel = out[out.index("Parallelism") + 1]
     assert parallel.startswith("  tp 8, attention dp 1, attention cp 1 (prefill CP off)")
+
+
+@pytest.mark.parametrize("gpu", ["sm90", "sm100"])
+def test_the_dry_run_runs_this_releases_check_server_args(capsys, gpu):
+    """The dry run calls the release's own ``ServerArgs.check_server_args()`` after resolving,
+    as its launcher does: a chunk of 100 tokens with DSA's 64-token pages, which resolution
+    alone accepts (the dry run printed a report), is refused there on every release."""
+    from sglang_cpkv.serve.cli import main
+
+    argv = env.glm51_argv("--chunked-prefill-size", "100", "--dry-run", "--gpu", gpu)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1] == (
+        "cpkv-serve --dry-run: SGLang refused these arguments: AssertionError: "
+        "chunked_prefill_size must be divisible by page_size"
+    )

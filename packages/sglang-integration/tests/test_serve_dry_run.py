@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,13 +97,93 @@ def test_json_report_sm90_defaults(capsys):
 
 
 def test_resolution_error_exit_2(capsys):
+    """The plugin's refusal during SGLang's resolution is cpkv's, not SGLang's: it said "SGLang
+    refused these arguments: DsaBackendError"."""
     code, out, err = _run(
         capsys, "--dsa-prefill-backend", "trtllm", "--dsa-decode-backend", "flashmla_kv",
         "--dry-run", "--gpu", "sm100",
     )  # fmt: skip
     assert code == 2 and out == ""
-    assert "cpkv-serve --dry-run: SGLang refused these arguments:" in err
-    assert "share one fp8 KV pool" in err and "Fix:" in err
+    assert _refusal(err).startswith("cpkv-serve: error: --dsa-prefill-backend trtllm (raw fp8 ")
+    assert "share one fp8 KV pool" in err and "Fix:" in err and "SGLang refused" not in err
+
+
+def _refusal(err: str) -> str:
+    """The one line a refused dry run prints after the plugin's ``cpkv[hooks]`` line."""
+    lines = [ln for ln in err.splitlines() if not ln.startswith("cpkv[hooks]: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+CP8_PREFILL = [
+    "--enable-prefill-cp", "--attn-cp-size", "8", "--cp-strategy", "interleave",
+    "--disaggregation-mode", "prefill",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("gpu", ["sm90", "sm100"])
+def test_sglangs_check_server_args_refuses_in_the_dry_run(capsys, gpu):
+    """Resolution alone accepted a chunk of 100 tokens with DSA's 64-token pages (exit 0, a
+    report); SGLang's launcher then refused it in ``check_server_args()``. The dry run runs that
+    check itself and says it is SGLang's."""
+    code, out, err = _run(
+        capsys, *CP8_PREFILL, "--chunked-prefill-size", "100", "--dry-run", "--gpu", gpu
+    )
+    assert code == 2 and out == ""
+    assert _refusal(err) == (
+        "cpkv-serve --dry-run: SGLang refused these arguments: AssertionError: "
+        "chunked_prefill_size must be divisible by page_size"
+    )
+
+
+@pytest.mark.parametrize("size", ["-5", "0"])
+def test_a_bound_of_cpkvs_planner_is_one_line(capsys, size):
+    """``--chunked-prefill-size -5`` (or 0) ended in deepgemm_compat's ``InputError`` raised
+    while the report was built: a 52-line traceback, exit 1."""
+    code, out, err = _run(
+        capsys, *CP8_PREFILL, "--chunked-prefill-size", size, "--dry-run", "--gpu", "sm90"
+    )
+    assert code == 2 and out == ""
+    assert _refusal(err).startswith(
+        f"cpkv-serve: error: chunked_prefill_size={size}: only -1 turns chunked prefill off"
+    )
+    assert "fix: pass -1 for off, or a chunk size >= 1" in err and "Traceback" not in err
+
+
+def test_the_shared_kv_gates_refusal_is_cpkvs():
+    """``--cpkv-shared-kv`` refused by the plugin's gate during SGLang's resolution read "SGLang
+    refused these arguments: SharedKVError: ...". A fresh process: the shared-KV hooks, once
+    applied, stay for the process."""
+    script = Path(sys.executable).with_name("cpkv-serve")
+    proc = subprocess.run(
+        [str(script), *env.glm51_argv(), *CP8_PREFILL, "--disaggregation-transfer-backend",
+         "mooncake", "--dsa-prefill-backend", "flashmla_kv", "--dsa-decode-backend",
+         "flashmla_sparse", "--kv-cache-dtype", "bfloat16", "--cpkv-shared-kv", "--dry-run",
+         "--gpu", "sm90"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    line = _refusal(proc.stderr)
+    assert line.startswith("cpkv-serve: error: --cpkv-shared-kv cannot serve this deployment: ")
+    assert "--dsa-prefill-backend flashmla_kv" in line and "SGLang refused" not in line
+
+
+_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ", re.M)
+
+
+def test_sglang_log_lines_wait_for_log_level(capsys):
+    """SGLang logged about 12 lines on stderr (page size, KV dtype, backends...) before every
+    report; they now show only at the ``--log-level`` the user asks for."""
+    code, out, err = _run(capsys, *CP8_PREFILL, "--dry-run", "--gpu", "sm90")
+    assert code == 0 and out.startswith("cpkv-serve --dry-run: ")
+    assert not _LOG_LINE.search(err), err
+    code, out, err = _run(capsys, *CP8_PREFILL, "--log-level", "info", "--dry-run", "--gpu", "sm90")
+    assert code == 0 and out.startswith("cpkv-serve --dry-run: ")
+    logged = _LOG_LINE.findall(err)
+    assert len(logged) >= 10, err
+    assert "Setting page size to 64 for DeepSeek DSA." in err
+    assert "cpkv[dsa-backends]: prefill=flashmla_sparse, decode=fa3" in err
 
 
 def test_tbo_with_sharing_exit_2(capsys):
@@ -140,7 +221,9 @@ def test_console_script_fresh_process(tmp_path):
     r = json.loads(proc.stdout)
     assert r["resolved"]["dsa_decode_backend"] == "flashmla_kv"
     assert r["indexcache"]["full_layers"] == [0, 1, *range(5, 78, 4)]
-    assert "cpkv[dsa-backends]: decode trtllm -> flashmla_kv" in proc.stderr
+    decisions = {d["message"] for d in r["decisions"] if d["topic"] == "dsa-backends"}
+    assert "decode trtllm -> flashmla_kv" in decisions  # said in the report, not logged
+    assert proc.stderr.startswith("cpkv[hooks]: ") and proc.stderr.count("\n") == 1
 
 
 def test_non_dsa_model_reports_without_dsa_sections(tmp_path, capsys):

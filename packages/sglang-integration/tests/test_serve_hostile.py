@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ class Case:
             bytes as they are, a callable makes the file itself).
         env: extra environment variables.
         cuda_absent: the case needs a machine without CUDA (skipped on one with it).
+        cuda_present: the case needs a machine with CUDA (skipped on one without it).
     """
 
     argv: list[str]
@@ -65,6 +67,7 @@ class Case:
     models: dict[str, object] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     cuda_absent: bool = False
+    cuda_present: bool = False
 
 
 def _fifo(path: Path) -> None:
@@ -77,6 +80,13 @@ def _oversized(path: Path) -> None:
 
 
 GLM_DIR = {"glm": GLM}
+#: The recipes' repo id, never in the sandbox's Hugging Face cache.
+REPO = "zai-org/GLM-5.1-FP8"
+#: No Hub: a port nothing listens on (a refused connection), no proxy in the way, not offline.
+NO_HUB = {
+    "HF_ENDPOINT": "http://127.0.0.1:1", "HF_HUB_OFFLINE": "0", "NO_PROXY": "127.0.0.1",
+    "no_proxy": "127.0.0.1",
+}  # fmt: skip
 CASES: dict[str, Case] = {
     # --model-path
     "model_path_absolute_missing": Case(
@@ -102,6 +112,18 @@ CASES: dict[str, Case] = {
         "taken for a local path: models/ is a directory here", "give a local model directory",
     ),
     "model_path_empty": Case(["--model-path", "", *DRY], "--model-path is empty", "give a"),
+    # a repo id that cannot be resolved here: refused at once, not after a minute of retries
+    "model_repo_id_offline": Case(
+        ["--model-path", REPO, *DRY],
+        f"--model-path {REPO} is not a local folder and cannot be resolved: HF_HUB_OFFLINE is "
+        "set, and its config.json is not in the Hugging Face cache",
+        "pass a local folder holding the model", env={"HF_HUB_OFFLINE": "1"},
+    ),
+    "model_repo_id_hub_out_of_reach": Case(
+        ["--model-path", REPO, "--tp", "8", *DRY],
+        f"--model-path {REPO} is not a local folder and cannot be resolved: "
+        "http://127.0.0.1:1 is out of reach", f"hf download {REPO} --local-dir DIR", env=NO_HUB,
+    ),
     "model_path_required": Case(DRY, "--model-path is required", "give a local model"),
     "model_path_is_config_file": Case(
         ["--model-path", "{m}/glm/config.json", *DRY], "/glm/config.json is a file",
@@ -312,6 +334,11 @@ CASES: dict[str, Case] = {
         ["--model-path", "{m}/glm", "--gpu", "sm90"], "--gpu only applies to --dry-run",
         "a real server uses the GPUs it runs on", GLM_DIR,
     ),
+    "dry_run_misspelt": Case(
+        ["--model-path", "{m}/glm", "--dry-runn"],
+        "unrecognized argument --dry-runn; did you mean --dry-run?", "cpkv-serve --cpkv-help",
+        GLM_DIR,
+    ),
     "dry_run_format_unknown": Case(
         ["--model-path", "{m}/glm", *DRY, "--dry-run-format", "yaml"],
         "argument --dry-run-format: invalid choice: 'yaml'", "choose from", GLM_DIR,
@@ -365,7 +392,12 @@ CASES: dict[str, Case] = {
     # the machine (serving, or a dry run of this machine)
     "serve_more_ranks_than_the_machine": Case(
         ["--model-path", "{m}/glm", "--tp", "100000"],
-        "--tp 100000 puts 100000 ranks on this node, but", "at most", GLM_DIR,
+        "--tp 100000 puts 100000 ranks on this node, but", "at most", GLM_DIR, cuda_present=True,
+    ),
+    "serve_without_a_gpu": Case(
+        ["--model-path", "{m}/glm", "--tp", "8"],
+        "no CUDA GPU is visible on this machine, and cpkv-serve serves on CUDA GPUs",
+        "run on a GPU host, or add --dry-run --gpu sm90|sm100", GLM_DIR, cuda_absent=True,
     ),
     "serve_cpu_more_ranks_than_cores": Case(
         ["--model-path", "{m}/glm", "--device", "cpu", "--tp", "100000"],
@@ -425,6 +457,8 @@ def test_hostile_input(name: str, sandbox, tmp_path: Path):
     case = CASES[name]
     if case.cuda_absent and _cuda_present():
         pytest.skip("needs a machine without CUDA")
+    if case.cuda_present and not _cuda_present():
+        pytest.skip("needs a machine with CUDA")
     argv, env = sandbox(case)
     box = tmp_path / "box"
     before = tree(box)
@@ -438,6 +472,45 @@ def test_hostile_input(name: str, sandbox, tmp_path: Path):
     assert run.spawns == [], "a refusal must not start a process"
     assert tree(box) == before, "a refusal must not write anything"
     assert 0 < run.peak_rss_kib < RSS_LIMIT_KIB, run
+
+
+def test_a_hub_that_never_answers_is_one_request(sandbox, tmp_path: Path):
+    """A Hub that takes the connection and never answers (a listening socket nobody accepts
+    from): one request, cut off after ``HUB_TIMEOUT_S``, and the one-line refusal; no retry."""
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as silent:
+        hub = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        argv, env = sandbox(Case(["--model-path", REPO, *DRY], "", "", env=NO_HUB))
+        run = guarded_run(
+            argv, tmp_path / "guard", cwd=tmp_path / "box", block=BLOCKED,
+            env={**env, "HF_ENDPOINT": hub},
+        )  # fmt: skip
+    assert run.code == 2 and run.out == "", run
+    assert run.err.count("\n") == 1 and "Retry" not in run.err, run
+    assert run.err.startswith(
+        f"cpkv-serve: error: --model-path {REPO} is not a local folder and cannot be resolved: "
+        f"{hub} "
+    ), run
+    assert "pass a local folder holding the model" in run.err
+
+
+def test_a_cached_repo_runs_offline_when_the_hub_is_out_of_reach(sandbox, tmp_path: Path):
+    """With the repo's config.json in the Hugging Face cache and no Hub, the run goes on offline:
+    SGLang resolved it after retrying the Hub five times (over 30 s); now with
+    ``HF_HUB_OFFLINE=1``, one line says so, and nothing retries."""
+    argv, env = sandbox(Case(["--model-path", REPO, "--tp", "8", *DRY, "--log-level", "info"],
+                             "", "", env=NO_HUB))  # fmt: skip
+    repo, commit = Path(env["HF_HOME"]) / "hub" / "models--zai-org--GLM-5.1-FP8", "0" * 40
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(GLM))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    run = guarded_run(argv, tmp_path / "guard", cwd=tmp_path / "box", block=(), env=env)
+    assert run.code == 0 and run.out.startswith("cpkv-serve --dry-run: GlmMoeDsaForCausalLM"), run
+    note = run.err.splitlines()[0]
+    assert note.startswith("cpkv-serve: http://127.0.0.1:1 is out of reach ("), run
+    assert note.endswith(f"; using the cached {REPO} offline (HF_HUB_OFFLINE=1)"), run
+    assert "Setting page size to 64" in run.err  # SGLang's log, at --log-level info
+    assert "Retry" not in run.err and "thrown while requesting" not in run.err, run
 
 
 def test_the_guard_catches_an_sglang_import(tmp_path: Path):

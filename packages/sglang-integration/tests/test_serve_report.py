@@ -36,7 +36,9 @@ sys.exit(code)
 @pytest.fixture(scope="module")
 def fresh_run() -> subprocess.CompletedProcess:
     """A dry run in a new interpreter with the warmup hook off (no warning filters passed)."""
-    argv = env.glm51_argv(*CP8, "--cpkv-index-topk-freq", "4", "--dry-run", "--gpu", "sm100")
+    argv = env.glm51_argv(
+        *CP8, "--cpkv-index-topk-freq", "4", "--dry-run", "--gpu", "sm100", "--log-level", "info"
+    )  # the decision log is INFO
     child_env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     proc = subprocess.run(
         [sys.executable, "-c", _FRESH, *argv],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -267,6 +268,29 @@ def test_usage_errors(run_line, tmp_path: Path) -> None:
     assert (r.exit_code, "no gov/work directory" in r.stderr) == (2, True)
     assert run_line(["--help"]).exit_code == 0
     assert run_line(["--version"]).stdout.startswith("govctl ")
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: os.mkfifo(p), "a FIFO (named pipe), not a work item"),
+        (lambda p: p.symlink_to("/dev/zero"), "a character device, not a work item"),
+    ],
+    ids=["fifo", "dev-zero"],
+)
+def test_check_names_what_a_path_that_exists_is(run_line, tmp_path: Path, make, said) -> None:
+    """``govctl check some.fifo`` and ``govctl check /dev/zero`` said "no such file or
+    directory" of paths that exist; now the line says what they are, without reading them."""
+    path = tmp_path / "item.toml"
+    make(path)
+    r = run_line(["check", path])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == f"govctl: error: {path}: {said}; pass a work item's .toml file or a " + (
+        "directory of them\n"
+    )
+    assert run_line(["check", "/dev/zero"]).stderr.startswith(
+        "govctl: error: /dev/zero: a character device"
+    )
 
 
 @pytest.mark.parametrize("given", [None, "gov", "gov/work", "empty"])

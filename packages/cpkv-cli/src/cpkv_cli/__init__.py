@@ -6,7 +6,9 @@ early ends the output quietly (:func:`emit`, :func:`quiet_stdout`); Ctrl-C is on
 130, without a traceback (:func:`run`, which applies all of them to a command's body). A JSON
 file a user names is read one way (:func:`read_json_object`: bounded, never blocking on a FIFO,
 one line per failure); what a package's inputs must hold (URLs, config fields, model paths)
-stays in that package.
+stays in that package. Environment variables are inputs too: each is declared once in
+:mod:`cpkv_cli.environment`, read through its parser, and checked at a command's start
+(:func:`check_environment`: one line, exit 2).
 """
 
 # Input files
@@ -29,6 +31,9 @@ from cpkv_cli._stdout import (
     stdout_reader_gone,
 )
 
+# Input variables
+from cpkv_cli.environment import EnvVar, check_environment
+
 __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     # Running a command
     "run",
@@ -44,7 +49,9 @@ __all__ = [  # noqa: RUF022 (grouped by topic, house style)
     "quiet_on_closed_stdout",
     "stdout_reader_gone",
     "drop_stdout",
-    # Input files
+    # Input files and variables
+    "check_environment",
+    "EnvVar",
     "read_json_object",
     "read_bounded_file",
     "MAX_CONFIG_BYTES",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from cpkv_cli.environment import CPKV_CACHE_DIR
 from filelock import FileLock  # a dependency of torch itself
 
 from ._jit_key import CSRC, CacheKey, JitSpec, cache_key, cuda_home, gen_ops_spec, gencode_flags
@@ -47,8 +48,12 @@ class BuildResult:
 
 
 def cache_root() -> Path:
-    """``$CPKV_CACHE_DIR``, else ``~/.cache/cpkv``."""
-    return Path(os.environ.get("CPKV_CACHE_DIR") or Path.home() / ".cache" / "cpkv").expanduser()
+    """``$CPKV_CACHE_DIR``, else ``~/.cache/cpkv``.
+
+    Raises:
+        KernelBuildError: ``CPKV_CACHE_DIR`` names something that is not a directory.
+    """
+    return CPKV_CACHE_DIR.read(error=KernelBuildError) or Path.home() / ".cache" / "cpkv"
 
 
 def _lib_name(key: CacheKey) -> str:

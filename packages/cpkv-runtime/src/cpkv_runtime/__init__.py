@@ -16,6 +16,8 @@ Environment variables:
 - ``CPKV_LAYOUT_MAX_BYTES``: memory budget (bytes) of ``plan_layout`` and ``plan_layout_static``;
   unset: what the device can host now, asked only for a plan over 64 MiB and never while a CUDA
   graph is captured; ``max_bytes=`` overrides it per call.
+
+Each is declared, and parsed, in ``cpkv_cli.environment``.
 """
 
 from ._backend import NO_TRITON, OP_NAMES, PRIORITY, Backend

@@ -6,7 +6,8 @@ first and holds them to a budget, so a refusal comes before anything of that siz
 The budget, first set wins:
 
 1. the op's ``max_bytes=`` argument (an int >= 0);
-2. the op's environment variable (a byte count), e.g. ``CPKV_CP_SPLIT_MAX_BYTES``;
+2. the op's environment variable (a byte count, parsed by its ``cpkv_cli.environment``
+   declaration), e.g. ``CPKV_CP_SPLIT_MAX_BYTES``;
 3. what the device can host now: on CUDA the free memory plus what PyTorch's caching allocator
    holds unused; on CPU ``MemAvailable`` from /proc/meminfo. On another device, or where that
    cannot be read, there is no default budget.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 
 import torch
+from cpkv_cli.environment import VARIABLES
 
 from .errors import LayoutError
 
@@ -41,12 +43,8 @@ def explicit_budget(max_bytes: int | None, env: str) -> tuple[int | None, str]:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise LayoutError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r}")
         return max_bytes, "max_bytes="
-    if (value := os.environ.get(env, "").strip()) != "":
-        if not value.isdigit():
-            raise LayoutError(
-                f"{env}={value!r} is not a byte count; fix: set it to e.g. 8589934592"
-            )
-        return int(value), f"{env}={value}"
+    if (value := VARIABLES[env].read(error=LayoutError)) is not None:
+        return value, f"{env}={value}"
     return None, ""
 
 

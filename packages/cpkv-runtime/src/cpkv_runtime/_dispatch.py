@@ -9,6 +9,8 @@ dispatch and only once. Environment variables, read on every call:
   that says why. The per-call ``backend=`` argument of every public op overrides it.
 - ``CPKV_EXTRA_BACKENDS``: comma-separated ``module:callable`` specs loaded like entry points,
   for installs without package metadata (``PYTHONPATH=...`` checkouts). Unset by default.
+
+Both are declared, and parsed, in ``cpkv_cli.environment`` (what a command checks at its start).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
 import torch
+from cpkv_cli.environment import CPKV_BACKEND, CPKV_EXTRA_BACKENDS
 
 from ._backend import OP_NAMES, PRIORITY, Backend
 from ._torch_ops import TORCH_BACKEND
@@ -43,7 +46,13 @@ def _warn(message: str) -> None:
 
 
 def _entry_points_from_env() -> list[EntryPoint]:
-    specs = [s.strip() for s in os.environ.get("CPKV_EXTRA_BACKENDS", "").split(",") if s.strip()]
+    """``CPKV_EXTRA_BACKENDS`` as entry points; a malformed value is skipped with one warning,
+    as a failing entry point is (a command refuses it at start instead)."""
+    try:
+        specs = CPKV_EXTRA_BACKENDS.read()
+    except ValueError as exc:
+        _warn(f"cpkv_runtime: {exc}; no extra backend is loaded")
+        return []
     return [EntryPoint(name=s.rpartition(":")[2], value=s, group=GROUP) for s in specs]
 
 
@@ -111,16 +120,15 @@ class Registry:
         """
         if op not in _OPS:
             raise LayoutError(f"unknown op {op!r}; ops are {OP_NAMES}")
-        source = "backend=" if backend is not None else "CPKV_BACKEND="
-        wanted = (
-            backend if backend is not None else os.environ.get("CPKV_BACKEND", "auto")
-        ) or "auto"
-        wanted = wanted.strip().lower()
-        if wanted not in CHOICES:
-            raise LayoutError(
-                f"{source}{wanted!r} is not a backend; choose one of {CHOICES} (auto = "
-                f"{' > '.join(PRIORITY)} by availability)"
-            )
+        if backend is None:
+            source, wanted = "CPKV_BACKEND=", CPKV_BACKEND.read(error=LayoutError)
+        else:
+            source, wanted = "backend=", (backend or "auto").strip().lower()
+            if wanted not in CHOICES:
+                raise LayoutError(
+                    f"backend={wanted!r} is not a backend; choose one of {CHOICES} (auto = "
+                    f"{' > '.join(PRIORITY)} by availability)"
+                )
         if wanted == TORCH_BACKEND.name:  # always here, runs everywhere: no plugin import needed
             return TORCH_BACKEND
         self.discover()

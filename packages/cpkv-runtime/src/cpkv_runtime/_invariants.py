@@ -6,22 +6,25 @@ row it checks, so it costs about one extra copy of the data.
 
 from __future__ import annotations
 
-import os
-
 import torch
+from cpkv_cli.environment import CPKV_DEBUG
 
 from ._bytes import byte_rows
 from ._checks import first_true
 from ._layout import Layout, current_tokens
 from ._torch_ops import current_page_mask as current_page_mask_torch
-from .errors import InvariantError
+from .errors import InvariantError, LayoutError
 
 __all__ = ["check_invariants", "debug_enabled"]
 
 
 def debug_enabled() -> bool:
-    """``CPKV_DEBUG`` is set to a true value (1/true/yes/on)."""
-    return os.environ.get("CPKV_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
+    """``CPKV_DEBUG`` is on (1/true/yes/on; 0/false/no/off or unset: off).
+
+    Raises:
+        LayoutError: any other value (a command refuses it at start instead).
+    """
+    return CPKV_DEBUG.read(error=LayoutError)
 
 
 def _check_structure(layout: Layout) -> None:

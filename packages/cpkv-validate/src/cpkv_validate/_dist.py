@@ -4,6 +4,11 @@
 form a gloo group (CPU) or an NCCL group (CUDA, one GPU per rank). Every rank runs the same
 scenarios; rank 0 draws the progress bar and writes the results to a file the parent reads.
 
+A rank whose run the runtime refuses (``LayoutError``: a memory budget such as
+``CPKV_CP_SPLIT_MAX_BYTES=1`` too small for a scenario) leaves the refusal in a file beside the
+results; the parent raises it as one :class:`~cpkv_cli.InputError` line (exit 2), not the rank's
+traceback and exit 1, which is cpkv-validate's contamination code.
+
 CPU ranks are forked: they inherit the parent's imports (``import torch`` alone costs a spawned
 rank ~3.5 s of CPU, more than the tiny model's whole default run), and each sets one intra-op
 thread before any tensor work, as forked data-loader workers do. CUDA ranks are spawned (CUDA
@@ -12,6 +17,8 @@ cannot be initialised again in a forked child).
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 import pickle
 import signal
@@ -21,6 +28,9 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from cpkv_cli import InputError
+from cpkv_runtime import LayoutError
+from torch.multiprocessing.spawn import ProcessException
 
 from ._compare import ScenarioResult
 from ._rt import DistComm
@@ -66,6 +76,10 @@ def _worker(
         comm = DistComm()
         try:
             results = [run_all(o, comm, progress, progress and progress.result) for o in runs]
+        except LayoutError as exc:  # the parent reports it in one line (module docstring)
+            with open(f"{path}.refused.{rank}", "w") as f:
+                f.write(str(exc))
+            raise
         finally:
             if progress:
                 progress.close()
@@ -129,6 +143,12 @@ class _Progress:
         self.bar.stop()
 
 
+def _no_termination_notice(record: logging.LogRecord) -> bool:
+    """Drop torch's "Terminating process N via signal SIGTERM": when one rank fails, ending the
+    others is the parent's own doing, and a refusal must stay one line."""
+    return not record.getMessage().startswith("Terminating process")
+
+
 def run_reference(opts: Options, show_progress: bool = True) -> list[ScenarioResult]:
     """Run ``opts`` on ``opts.cp`` ranks (in-process for cp 1) and return rank 0's results."""
     return run_reference_many([opts], show_progress)[0]
@@ -153,6 +173,8 @@ def run_reference_many(
         progress = _Progress(runs, count) if show_progress else None
         try:
             return [run_all(o, None, progress, progress and progress.result) for o in runs]
+        except LayoutError as exc:
+            raise InputError(str(exc)) from None
         finally:
             torch.set_num_threads(threads)
             if progress:
@@ -175,10 +197,18 @@ def run_reference_many(
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             raise
+        spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+        spawn_log.addFilter(_no_termination_notice)
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending Ctrl-C lands here
             while not ctx.join():
                 pass
+        except ProcessException:
+            refused = sorted(glob.glob(f"{glob.escape(path)}.refused.*"))
+            if not refused:
+                raise
+            with open(refused[0]) as f:
+                raise InputError(f.read()) from None
         except KeyboardInterrupt:  # end every rank before the caller reports the interrupt
             for proc in ctx.processes:
                 if proc.is_alive():
@@ -186,5 +216,7 @@ def run_reference_many(
             for proc in ctx.processes:
                 proc.join()
             raise
+        finally:
+            spawn_log.removeFilter(_no_termination_notice)
         with open(path, "rb") as f:
             return pickle.load(f)

@@ -30,7 +30,8 @@ import argparse
 import sys
 import time
 
-from cpkv_cli import InputError, OneLineParser, OutputError, emit, refuse, run
+from cpkv_cli import InputError, OneLineParser, OutputError, check_environment, emit, refuse, run
+from cpkv_cli.environment import READ_BY
 
 # Only modules without torch (or rich) at import: the parser and its checks run first.
 from . import _limits as lim
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(requests did not overlap), or output that cannot be written (one line on stderr names "
         "it and the fix); 130 interrupted (Ctrl-C; --json is left as it was, it is only ever "
         "replaced whole). --json - writes the JSON to stdout and the table to stderr.",
+        environment=READ_BY[PROG],
     )
     p.add_argument(
         "--engine",
@@ -228,6 +230,7 @@ def _json_kept(argv: list[str] | None) -> str:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # --help goes through emit: quiet into a closed pipe
+    check_environment(READ_BY[PROG])  # here, not in a rank: one line, exit 2
     if args.list_scenarios:  # through emit: > /dev/full or >&- is one line and exit 2
         emit("\n".join(_scenario_line(name, spec) for name, spec in SCENARIOS.items()))
         return 0

@@ -19,7 +19,8 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from cpkv_cli import OneLineParser, quiet_stdout, run
+from cpkv_cli import OneLineParser, check_environment, quiet_stdout, run
+from cpkv_cli.environment import READ_BY
 
 from ._limits import MAX_SEED
 from .cli import ALLOCATOR_MODES
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n")[0], environment=READ_BY[PROG])
     p.add_argument("--port", type=int, default=8000, help="0..65535; 0 = any free port (printed)")
     p.add_argument(
         "--inverse",
@@ -71,6 +72,7 @@ def _main(argv: list[str] | None) -> int:
     )
     p.add_argument("--seed", type=int, default=0, help=f"weights seed, 0..{MAX_SEED}")
     args = p.parse_args(argv)  # --help goes through emit: quiet into a closed pipe
+    check_environment(READ_BY[PROG])  # before serving: the engine reads them per request
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be in 0..65535 (0: any free port); got {args.port}")
     if not 0 <= args.seed <= MAX_SEED:

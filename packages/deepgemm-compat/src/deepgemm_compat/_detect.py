@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cpkv_cli.environment import DEEPGEMM_COMPAT_ALLOW_UNTESTED
 from packaging.version import InvalidVersion, Version
 
 from deepgemm_compat import _elf
+from deepgemm_compat.errors import InputError
 
 # Pairing of sgl-deep-gemm releases with torch, read from the wheels on PyPI
 # (scripts/gen_surfaces.py -> tests/fixtures/surfaces.json): a torch minor is listed
@@ -139,7 +140,7 @@ def collect(check_symbols: bool = True, providers: bool = True) -> Environment:
         deep_gemm_version=_dist_version("sgl-deep-gemm"),
         torch_version=_dist_version("torch"),
         tvm_ffi_version=_dist_version("apache-tvm-ffi"),
-        allow_untested=os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0"),
+        allow_untested=DEEPGEMM_COMPAT_ALLOW_UNTESTED.read(error=InputError),
     )
     dg_dir, torch_dir = _package_dir("deep_gemm"), _package_dir("torch")
     if dg_dir is not None and (dg_dir / "_C.so").exists():

@@ -11,9 +11,9 @@ new sgl-deep-gemm fails late and obscurely, so check it up front.
 from __future__ import annotations
 
 import importlib.metadata as md
-import os
 from dataclasses import dataclass
 
+from cpkv_cli.environment import DEEPGEMM_COMPAT_MIN_SGL_KERNEL, DEEPGEMM_COMPAT_SKIP_KERNEL_CHECK
 from packaging.version import InvalidVersion, Version
 
 from deepgemm_compat.errors import InputError, KernelPackageError
@@ -47,7 +47,7 @@ def find_kernel_package(minimum: str | None = None) -> KernelPackage:
         InputError: ``minimum`` (or the variable) is not a version.
     """
     source = "minimum" if minimum else MIN_ENV
-    minimum = minimum or os.environ.get(MIN_ENV) or DEFAULT_MINIMUM
+    minimum = minimum or DEEPGEMM_COMPAT_MIN_SGL_KERNEL.read(error=InputError) or DEFAULT_MINIMUM
     try:
         floor = Version(minimum)
     except InvalidVersion:
@@ -74,7 +74,7 @@ def check_kernel_package(minimum: str | None = None) -> KernelPackage:
     Skipped (returns the report, ok or not) with ``DEEPGEMM_COMPAT_SKIP_KERNEL_CHECK=1``.
     """
     found = find_kernel_package(minimum)
-    if found.ok or os.environ.get(SKIP_ENV, "") not in ("", "0"):
+    if found.ok or DEEPGEMM_COMPAT_SKIP_KERNEL_CHECK.read(error=InputError):
         return found
     raise KernelPackageError(
         f'{found.message}; fix: pip install "sglang-kernel>={found.minimum}" '

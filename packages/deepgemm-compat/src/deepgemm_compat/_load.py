@@ -16,15 +16,17 @@ and the first kernel fails; ``require_cuda()`` checks for a device before any la
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import threading
 from types import ModuleType
+
+from cpkv_cli.environment import DEEPGEMM_COMPAT_SKIP_CHECKS
 
 from deepgemm_compat import _detect
 from deepgemm_compat.errors import (
     CudaUnavailableError,
     DeepGemmUnavailable,
+    InputError,
     TorchAbiMismatchError,
     TvmFfiMissingError,
     UntestedVersionError,
@@ -47,8 +49,13 @@ _module: ModuleType | None = None
 
 
 def _quick() -> tuple[bool, str]:
-    """(AVAILABLE, MISSING_MESSAGE) from metadata alone: fast enough for import time."""
-    env = _detect.collect(check_symbols=False, providers=False)
+    """(AVAILABLE, MISSING_MESSAGE) from metadata alone: fast enough for import time, and never
+    raising there (a bad ``DEEPGEMM_COMPAT_ALLOW_UNTESTED`` is the message; ``load()`` and the
+    command refuse it)."""
+    try:
+        env = _detect.collect(check_symbols=False, providers=False)
+    except InputError as exc:
+        return False, str(exc)
     blocking = [p for p in _detect.diagnose(env) if p.blocking]
     if blocking:
         return False, f"{blocking[0].message}; fix: {blocking[0].fix}"
@@ -107,7 +114,7 @@ def load(force: bool = False) -> ModuleType:
         if _module is not None and not force:
             return _module
         env = _detect.collect(check_symbols=True)
-        if os.environ.get(SKIP_CHECKS_ENV, "") in ("", "0"):
+        if not DEEPGEMM_COMPAT_SKIP_CHECKS.read(error=InputError):
             for p in _detect.diagnose(env):
                 if p.blocking:
                     raise _ERRORS.get(p.code, DeepGemmUnavailable)(p.message, p.fix)

@@ -22,9 +22,10 @@ The rule, as SGLang 0.5.23 has it:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from importlib.metadata import entry_points
+
+from cpkv_cli.environment import DEEPGEMM_COMPAT_M_LIST
 
 #: The SGLang release :func:`copy_m_list` is held equal to (by the differential test).
 HELD_EQUAL_TO = "sglang 0.5.23"
@@ -124,12 +125,9 @@ def resolve_m_list(
         ``(ms, source)``, ``ms`` sorted ascending; ``source`` names the SGLang release that
         computed it, or says that the copy was used and why.
     """
-    chosen = source if source is not None else os.environ.get(SOURCE_ENV, "auto") or "auto"
+    chosen = source if source is not None else DEEPGEMM_COMPAT_M_LIST.read()
     if chosen not in SOURCES:
-        raise ValueError(
-            f"M list source {chosen!r} is not one of {', '.join(SOURCES)} "
-            f"(argument source= or ${SOURCE_ENV})"
-        )
+        raise ValueError(f"M list source {chosen!r} is not one of {', '.join(SOURCES)} (source=)")
     _check_chunked(chunked_prefill_size)
     if chosen == "copy":
         return copy_m_list(chunked_prefill_size, fast), f"copy of {HELD_EQUAL_TO}"

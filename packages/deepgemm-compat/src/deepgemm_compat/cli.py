@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cpkv_cli import OneLineParser, OutputError, emit, refuse, run
+from cpkv_cli import OneLineParser, OutputError, check_environment, emit, refuse, run
+from cpkv_cli.environment import READ_BY
 
 from deepgemm_compat._bounds import (
     DSA_PAGE_SIZE,
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="deepgemm-compat",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        environment=READ_BY["deepgemm-compat"],
     )
     sub = ap.add_subparsers(dest="command", required=True)
     doc = sub.add_parser(
@@ -276,6 +278,7 @@ def _main(argv: Sequence[str] | None) -> int:
     command = "deepgemm-compat"
     try:
         args = _parser().parse_args(argv)  # --help prints through emit
+        check_environment(READ_BY["deepgemm-compat"])
         command += f" {args.command}"
         return _plan(args) if args.command == "plan" else _doctor(args)
     except (ValueError, OutputError) as exc:  # InputError, the library's checks, a full disk

@@ -20,6 +20,7 @@ import errno
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cpkv_cli import OneLineParser, emit, run
 
@@ -37,9 +38,29 @@ from glm_config._validate import file_errors, summary
 from glm_config.errors import GlmConfigError, NotDsaError, WriteRefusedError
 
 
+class _IntermixedParser(OneLineParser):
+    """A sub-command parser that takes its options anywhere among its positionals.
+
+    ``argparse`` matches all of a command's positionals at the first run of them, so in
+    ``set DIR --force index_topk_freq=2`` the assignment after ``--force`` was an "unrecognized
+    argument"; ``parse_known_intermixed_args`` reads the options first, then the positionals.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing:  # parse_known_intermixed_args' own two passes
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="glm-config", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     show = sub.add_parser("show", help="DSA/IndexCache settings: config.json, loaded, should be")
     show.add_argument("model_dir", type=Path, help="model directory (or its config.json)")
     show.add_argument("--format", choices=("text", "json"), default="text")

@@ -20,7 +20,7 @@ from typing import Any
 
 from cpkv_cli import InputError, OneLineParser, emit, run
 
-from indexcache._config_file import read_config
+from indexcache._config_file import not_dsa_problem, read_config
 from indexcache._flops import IndexerDims, schedule_savings
 from indexcache._limits import INT32_MAX, MAX_LAYERS
 from indexcache._schedule import (
@@ -112,6 +112,8 @@ def _resolve(args: argparse.Namespace) -> tuple[IndexerSchedule, IndexerDims, st
             dims = IndexerDims.from_config(raw)
         except IndexCacheError as exc:
             raise InputError(f"{file}: {exc}") from None
+        if problem := not_dsa_problem(file, raw):
+            raise InputError(problem)
         return sched, dims, f"{args.config} ({detail})"
     if args.pattern is not None:
         if args.freq is not None or args.offset is not None:

@@ -10,6 +10,7 @@ Heavy imports (tomlkit, jsonschema) happen inside the commands that need them.
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,18 +159,45 @@ def expand_paths(paths: list[Path]) -> list[Path]:
     """
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        kind = _kind(p)
+        if kind == "directory":
             if (p / "config.toml").is_file() and (p / "work").is_dir():
                 p = p / "work"
             found = sorted(p.glob("*.toml"))
             if not found:
                 raise UsageError(_no_items(p))
             out.extend(found)
-        elif p.is_file():
+        elif kind == "file":
             out.append(p)
         else:
-            raise UsageError(f"{p}: no such file or directory")
+            raise UsageError(f"{p}: {kind}")
     return out
+
+
+def _kind(path: Path) -> str:
+    """``"directory"``, ``"file"`` (regular), or why ``path`` is neither, as the error says it.
+
+    A FIFO or a device exists: "no such file or directory" sent the user looking for a typo (and
+    reading ``/dev/zero`` would never end)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file or directory"
+    except OSError as exc:  # no permission, a name too long, a symlink loop
+        return f"cannot read it: {exc.strerror}"
+    except ValueError:  # an embedded NUL byte
+        return "no such file or directory (the name holds a NUL byte)"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    what = {
+        stat.S_IFIFO: "a FIFO (named pipe)",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+        stat.S_IFSOCK: "a socket",
+    }.get(stat.S_IFMT(mode), "not a regular file")
+    return f"{what}, not a work item; pass a work item's .toml file or a directory of them"
 
 
 def _no_items(directory: Path) -> str:

@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cpkv_cli.environment import CPKV_DEBUG_BREAK_HOOK, CPKV_DEBUG_FAULT, DEBUG_FAULT_ACK
+
 from sglang_cpkv.errors import DebugPlantError
 
 __all__ = [
@@ -40,7 +42,7 @@ __all__ = [
 BREAK_ENV = "CPKV_DEBUG_BREAK_HOOK"
 FAULT_ENV = "CPKV_DEBUG_FAULT"
 ACK_ENV = "CPKV_DEBUG_FAULT_ACK"
-ACK = "i-want-wrong-output"
+ACK = DEBUG_FAULT_ACK
 #: fault name -> what it does, for refusals, the dry run and the ``cpkv[hooks]`` line
 FAULTS = {
     "swap-kv-pages": (
@@ -57,8 +59,8 @@ def active_fault(env: Mapping[str, str] | None = None) -> str | None:
         DebugPlantError: ``CPKV_DEBUG_FAULT`` names no fault, or lacks its acknowledgement.
     """
     env = os.environ if env is None else env
-    fault = env.get(FAULT_ENV, "").strip()
-    if not fault:
+    fault = CPKV_DEBUG_FAULT.read(env, error=DebugPlantError)
+    if fault is None:
         return None
     if fault not in FAULTS:
         raise DebugPlantError(
@@ -86,8 +88,8 @@ def broken_hook(names: Sequence[str], env: Mapping[str, str] | None = None) -> s
         DebugPlantError: ``CPKV_DEBUG_BREAK_HOOK`` names none of ``names``.
     """
     env = os.environ if env is None else env
-    name = env.get(BREAK_ENV, "").strip()
-    if not name:
+    name = CPKV_DEBUG_BREAK_HOOK.read(env, error=DebugPlantError)
+    if name is None:
         return None
     if name not in names:
         raise DebugPlantError(

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cpkv_cli.environment import CPKV_HOOKS_RECORD_DIR
+
 __all__ = ["RECORD_ENV", "hooks_line", "process_name", "report"]
 
 RECORD_ENV = "CPKV_HOOKS_RECORD_DIR"
@@ -99,13 +101,17 @@ def report(
 ) -> None:
     """Write the record file (when asked for) and, when every hook took, print the line."""
     pid, process = os.getpid(), process_name()
-    directory = os.environ.get(RECORD_ENV)
-    if directory:
+    try:
+        directory = CPKV_HOOKS_RECORD_DIR.read()
+    except ValueError as err:  # a debug aid: say so, and let the process serve
+        print(f"cpkv[hooks]: pid={pid} writes no record: {err}", file=sys.stderr, flush=True)
+        directory = None
+    if directory is not None:
         record = {
             "pid": pid, "process": process, "sglang": sglang, "applied": list(applied),
             "not_applied": list(not_applied), "debug_fault": fault,
         }  # fmt: skip
-        _write(Path(directory), pid, record)
+        _write(directory, pid, record)
     if not_applied:
         return  # the refusal that follows is this process's line
     global _last_line

@@ -17,6 +17,8 @@ import importlib.metadata
 import logging
 import os
 
+from cpkv_cli.environment import CPKV_ALLOW_UNTESTED_SGLANG
+
 from sglang_cpkv.errors import UnsupportedSGLangError
 from sglang_cpkv.plugin._releases import TESTED, parse_release, release
 
@@ -78,7 +80,7 @@ def check_sglang_version(version: str | None = None, *, env: dict[str, str] | No
         f"(e.g. pip install 'sglang=={_fmt(SUPPORTED_MAX)}'), or set {ALLOW_ENV}=1 to load the "
         f"plugin anyway (each hook still checks its target's signature and refuses on drift)."
     )
-    if env.get(ALLOW_ENV, "") == "1":
+    if CPKV_ALLOW_UNTESTED_SGLANG.read(env, error=UnsupportedSGLangError):
         logger.warning("%s Continuing because %s=1.", message, ALLOW_ENV)
         return version
     raise UnsupportedSGLangError(message)

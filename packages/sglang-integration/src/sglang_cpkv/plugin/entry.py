@@ -29,6 +29,8 @@ Env vars:
     ``CPKV_DEBUG_BREAK_HOOK``, ``CPKV_DEBUG_FAULT``, ``CPKV_DEBUG_FAULT_ACK``: debug-only plants
         for the GPU suite (``plugin._debug``; default unset).
     ``SGLANG_PLUGINS`` (SGLang's): when set, a whitelist that must include ``cpkv``.
+    Each ``CPKV_*`` one is declared and parsed in ``cpkv_cli.environment``; ``cpkv-serve`` checks
+    them all before SGLang starts, these processes read them through the same parsers.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ from __future__ import annotations
 import logging
 import os
 
+from cpkv_cli.environment import CPKV_DEBUG_BREAK_HOOK, CPKV_DISABLE_HOOKS, CPKV_SHARED_KV
+
 from sglang_cpkv.errors import (
     CpkvSGLangError,
+    DebugPlantError,
     HookDriftError,
     PluginRefused,
     SharedKVError,
@@ -69,7 +74,7 @@ def enabled_specs(env: dict[str, str] | None = None) -> tuple:
     from sglang_cpkv.plugin.table import FAULT_SPECS, SHARED_KV_SPECS, SPECS
 
     env = os.environ if env is None else env
-    disabled = {n.strip() for n in env.get(DISABLE_ENV, "").split(",") if n.strip()}
+    disabled = set(CPKV_DISABLE_HOOKS.read(env, error=HookDriftError))
     known = [s.name for s in (*SPECS, *SHARED_KV_SPECS)]
     unknown = disabled - set(known)
     if unknown:
@@ -77,9 +82,10 @@ def enabled_specs(env: dict[str, str] | None = None) -> tuple:
             f"{DISABLE_ENV} names unknown hooks {sorted(unknown)}; known: "
             f"{known}. Fix: correct the names or unset {DISABLE_ENV}."
         )
-    if env.get(SHARED_KV_ENV) == "1":
+    shared_kv = CPKV_SHARED_KV.read(env, error=SharedKVError)
+    if shared_kv:
         _refuse_partial_shared_kv(disabled, [s.name for s in SHARED_KV_SPECS])
-    specs = (*SPECS, *SHARED_KV_SPECS) if env.get(SHARED_KV_ENV) == "1" else SPECS
+    specs = (*SPECS, *SHARED_KV_SPECS) if shared_kv else SPECS
     fault = _debug.active_fault(env)
     faults = FAULT_SPECS[fault] if fault else ()
     return (*(s for s in specs if s.name not in disabled), *faults)
@@ -208,7 +214,7 @@ def check_hooks_took() -> None:
     why = f"HookRegistry.apply_hooks failed on its target with {cause}" if cause else (
         "HookRegistry.apply_hooks logged why above"
     )  # fmt: skip
-    if first.name == os.environ.get(_debug.BREAK_ENV, "").strip():
+    if first.name == CPKV_DEBUG_BREAK_HOOK.read(error=DebugPlantError):
         fix = f"unset {_debug.BREAK_ENV} (it planted this failure, for testing)"
     else:
         fix = (

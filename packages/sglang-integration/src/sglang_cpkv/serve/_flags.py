@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cpkv_cli import OneLineParser
+from cpkv_cli.environment import READ_BY
 
 from sglang_cpkv.plugin.hooks.indexcache_overrides import INDEXCACHE_KEYS
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         add_help=False,
         help_flag="--cpkv-help",  # --help is SGLang's too
+        environment=READ_BY["cpkv-serve"],
     )
     p.add_argument("--cpkv-help", action="help", help="show this help and exit")
     g = p.add_argument_group("IndexCache (rebuild the per-layer indexer schedule)")

@@ -5,8 +5,10 @@ A node runs ``ceil(tp * pp / nnodes)`` ranks, on GPUs ``base_gpu_id + i * gpu_id
 run them:
 
 - serving, and a dry run resolved for this machine: what SGLang will use, the visible CUDA devices
-  (``--device cuda``, or unset with CUDA present) or the CPU cores this process may run on
-  (``--device cpu``, or unset without CUDA, SGLang's fallback). Other devices are not counted;
+  (``--device cuda``, or unset) or the CPU cores this process may run on (``--device cpu``). A
+  machine without a visible CUDA device is refused unless ``--device`` names another device:
+  SGLang would fall back to the CPU unasked and fail in a traceback (or serve a DSA model on no
+  kernel of its backends). Other devices are not counted;
 - a dry run for ``--gpu sm90|sm100`` describes another machine, not this one: a node of at most
   ``DRY_RUN_GPUS_PER_NODE`` GPUs, one HGX/DGX board of either kind.
 
@@ -84,8 +86,8 @@ def machine_capacity(device: str | None, dry_run: bool) -> tuple[int, str] | Non
     """``(ranks this machine can hold, what it holds in words)``; None when not counted.
 
     Raises:
-        InputError: CUDA is asked for (``--device cuda``, or a dry run of this machine) and there
-            is none.
+        InputError: CUDA is asked for (``--device cuda`` or unset, or a dry run of this machine)
+            and there is none.
     """
     if device not in (None, "cuda", "cpu"):
         return None
@@ -105,9 +107,14 @@ def machine_capacity(device: str | None, dry_run: bool) -> tuple[int, str] | Non
             f"--device cuda, but no CUDA device is visible{shown}; run on a GPU host, or add "
             f"--dry-run --gpu sm90|sm100 to see what it would run"
         )
+    if device is None:
+        raise InputError(
+            f"no CUDA GPU is visible on this machine{shown}, and cpkv-serve serves on CUDA GPUs "
+            f"(SGLang would fall back to the CPU); run on a GPU host, or add --dry-run --gpu "
+            f"sm90|sm100 to see what it would run"
+        )
     cores = len(os.sched_getaffinity(0))
-    fallback = "" if device == "cpu" else "no CUDA device is visible, so SGLang runs on the CPU: "
-    return cores, f"{fallback}this process may run on {_count(cores, 'CPU core')}"
+    return cores, f"this process may run on {_count(cores, 'CPU core')}"
 
 
 def _count(n: int, noun: str) -> str:

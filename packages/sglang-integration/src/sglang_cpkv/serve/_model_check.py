@@ -14,7 +14,12 @@ The path rule:
   ``validate_repo_id``), or its first part is an existing local directory (``models/glm51``
   beside a ``models/`` directory is a typo, not a repo);
 - a well-formed repo id is SGLang's to download; when its ``config.json`` is already in the local
-  Hugging Face cache (no network), that file is checked too.
+  Hugging Face cache (no network), that file is checked too;
+- a repo id must be resolvable (:func:`check_hub`): with ``HF_HUB_OFFLINE`` set, or when the Hub
+  does not answer one request for its ``config.json`` within :data:`HUB_TIMEOUT_S`, a repo whose
+  config.json is not cached is refused (SGLang would retry for over a minute, then fail), and one
+  whose config.json is cached runs offline (``HF_HUB_OFFLINE=1`` for this process and SGLang's),
+  so nothing retries.
 
 The config rule (:func:`config_problems`), applied after ``--json-model-override-args``:
 ``architectures`` is a non-empty list of names (SGLang picks the model class from the first);
@@ -30,12 +35,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cpkv_cli import InputError, printable, read_json_object
+from cpkv_cli import InputError, one_line, printable, read_json_object
 
 MAX_LAYERS = 4096
 """Most ``num_hidden_layers`` accepted: the largest DSA model has 78 (GLM-5.x; DeepSeek-V3.2 has
@@ -181,6 +188,74 @@ def _cached_repo_config(repo_id: str, revision: str | None) -> Path | None:
     except (ValueError, OSError):
         return None
     return Path(found) if isinstance(found, str) else None
+
+
+HUB_TIMEOUT_S = 3.0
+"""How long cpkv-serve waits for the Hugging Face Hub's answer about a repo id before it takes the
+machine for offline: one request, no retry, in a thread it stops waiting for (a hung DNS lookup
+is not bound by the request's own timeout), so a refusal comes within 5 s."""
+
+
+def check_hub(model: ModelSource, flag: str, revision: str | None = None) -> None:
+    """A repo id (``model.kind == "repo"``) that cannot be resolved now is refused; one whose
+    config.json is cached runs offline when the Hub is out of reach (module docstring).
+
+    Raises:
+        InputError: no Hub (offline mode, no network, no answer) and no cached config.json; the
+            line says to pass a local folder.
+    """
+    from huggingface_hub import constants, is_offline_mode
+
+    if is_offline_mode():  # HF_HUB_OFFLINE, else the older TRANSFORMERS_OFFLINE, decides
+        why = f"{'HF_HUB' if os.environ.get('HF_HUB_OFFLINE') else 'TRANSFORMERS'}_OFFLINE is set"
+    else:
+        why = _hub_unreachable(model.given, revision)
+    if why is None:
+        return
+    if model.config_path is not None:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # SGLang's processes, which import huggingface_hub
+        constants.HF_HUB_OFFLINE = True  # this process, which has
+        print(
+            f"cpkv-serve: {why}; using the cached {printable(model.given)} offline "
+            f"(HF_HUB_OFFLINE=1)",
+            file=sys.stderr,
+        )
+        return
+    raise InputError(
+        f"{flag} {printable(model.given)} is not a local folder and cannot be resolved: {why}, "
+        f"and its config.json is not in the Hugging Face cache ({constants.HF_HUB_CACHE}). Fix: "
+        f"pass a local folder holding the model (config.json beside the weights), e.g. one made "
+        f"where there is network with: hf download {printable(model.given)} --local-dir DIR"
+    )
+
+
+def _hub_unreachable(repo_id: str, revision: str | None) -> str | None:
+    """Why the Hub did not answer one request for the repo's config.json, or None when it did
+    (whatever the answer: a missing or gated repo is SGLang's to report)."""
+    import httpx
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, "config.json", revision=revision)
+    outcome: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            get_hf_file_metadata(url, timeout=HUB_TIMEOUT_S)
+        except httpx.TransportError as exc:  # no route, no DNS, refused, timed out
+            outcome.append(
+                f"{constants.ENDPOINT} is out of reach ({one_line(str(exc)) or type(exc).__name__})"
+            )
+            return
+        except Exception:  # an answer (404, 401, 5xx...): the Hub is there
+            pass
+        outcome.append(None)
+
+    thread = threading.Thread(target=ask, name="cpkv-hub-probe", daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT_S)
+    if not outcome:
+        return f"{constants.ENDPOINT} did not answer within {HUB_TIMEOUT_S:g} s"
+    return outcome[0]
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from sglang_cpkv.serve._model_check import (
     MAX_LAYERS,
     ModelSource,
     architecture,
+    check_hub,
     config_problems,
     int_problem,
     is_dsa_config,
@@ -110,8 +111,10 @@ def preflight(
     if shared_kv:
         check_shared_kv(args, installed_sglang_version())
     overrides = read_overrides(args)
-    check_sglang_argv(positional_model_path(sglang_argv), installed_sglang_version())
+    check_sglang_argv(positional_model_path(sglang_argv), installed_sglang_version(), cpkv_flags)
     model = locate_model(args.model_path, args.name("model_path"), args.revision)
+    if model.kind == "repo":
+        check_hub(model, args.name("model_path"), args.revision)
     config = None
     if model.config_path is not None:
         config = {**read_config(model.config_path), **overrides}

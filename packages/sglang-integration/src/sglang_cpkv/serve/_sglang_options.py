@@ -34,6 +34,7 @@ __all__ = [
     "options_table",
     "print_sglang_help",
     "sglang_help",
+    "strip_model_type",
     "table_applies",
 ]
 
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _strip_model_type(argv: list[str]) -> tuple[list[str], str]:
+def strip_model_type(argv: list[str]) -> tuple[list[str], str]:
     """argv without ``--model-type X`` (``sglang serve`` takes it off first), and X."""
     out, kind, i = [], "auto", 0
     while i < len(argv):
@@ -92,39 +93,46 @@ def _strip_model_type(argv: list[str]) -> tuple[list[str], str]:
     return out, kind
 
 
-def check_sglang_argv(argv: Sequence[str], installed: str | None) -> None:
+def check_sglang_argv(argv: Sequence[str], installed: str | None, own: Sequence[str] = ()) -> None:
     """Refuse what SGLang's parser would refuse in ``argv`` (SGLang's arguments only).
 
     Args:
         argv: SGLang's arguments, cpkv's removed, the positional model path already made
             ``--model-path``.
         installed: the installed sglang version; the check is skipped unless it is the table's.
+        own: cpkv-serve's own option strings: an unknown option closest to one of them is a
+            misspelt cpkv flag (``--dry-runn``), and the line suggests it, not an SGLang option.
 
     Raises:
         InputError: an unknown or ambiguous option, a value it cannot take, a value missing.
     """
     if not table_applies(installed):
         return
-    args, kind = _strip_model_type(list(argv))
+    args, kind = strip_model_type(list(argv))
     if kind not in ("auto", "llm") or "-h" in args or "--help" in args:
         return  # another serve backend's arguments; help is printed elsewhere
     try:
         build_parser().parse_args(args)
     except _Refused as err:
-        raise InputError(_message(str(err), args)) from None
+        raise InputError(_message(str(err), args, own)) from None
 
 
-def _message(error: str, args: list[str]) -> str:
+def _message(error: str, args: list[str], own: Sequence[str] = ()) -> str:
     hint = ""
+    version = options_table()["sglang"]
     if error.startswith("unrecognized arguments"):
         names = [s for opt in options_table()["options"] for s in opt["strings"]]
         for arg in args:
             name = arg.split("=", 1)[0]
             if name.startswith("--") and not any(n.startswith(name) for n in names):
-                close = difflib.get_close_matches(name, names, n=1)
+                close = difflib.get_close_matches(name, [*own, *names], n=1)
+                if close and close[0] in own:
+                    return (
+                        f"unrecognized argument {printable(name)}; did you mean {close[0]}? "
+                        f"(a cpkv-serve flag; cpkv-serve --cpkv-help lists them)"
+                    )
                 hint = f"; did you mean {close[0]}?" if close else ""
                 break
-    version = options_table()["sglang"]
     return (
         f"SGLang would refuse this: {_short(error)}{hint} (sglang {version}'s "
         f"arguments, checked before its import; cpkv-serve --help lists them)"

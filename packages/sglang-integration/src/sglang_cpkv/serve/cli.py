@@ -12,16 +12,21 @@ Example (a laptop, a directory holding only GLM-5.1's config.json)::
         --cp-strategy interleave --cpkv-index-topk-freq 4 --dry-run --gpu sm100
 
 Before SGLang is imported (about 30 s), ``_preflight`` checks the arguments, the model path and
-its config.json, and the machine: a bad input is one line on stderr, naming the input and the
-fix, within a second or two. ``--help`` prints cpkv's flags, then SGLang's.
+its config.json (a repo id that cannot be resolved offline within seconds included), and the
+machine (a launch needs a CUDA GPU): a bad input is one line on stderr, naming the input and the
+fix, within a second or two. Then a dry run and a launch alike resolve the arguments with
+SGLang's own code and run SGLang's ``check_server_args()`` and cpkv's check of the DSA backends
+against the GPU (``_resolve_check``) before anything is printed or SGLang's server starts.
+``--help`` prints cpkv's flags, then SGLang's.
 
 Exit status: 0 served/printed, 1 refused by the plugin as it loads (unsupported sglang, hook
 drift, a hook target that fails to import, a hook that did not take, an exception inside its
 ``load()``: one line naming the cause), 2 bad arguments (cpkv's, and SGLang's names and choices
 where the installed release is the one ``_sglang_options`` was read from; ``--cpkv-shared-kv``
-at attention CP size 1 or before 0.5.22; a debug plant asked for wrongly), a bad model or a
-resolution error (one line that names the fix), 130 interrupted (Ctrl-C, one line, also during
-SGLang's import). A closed stdout (``| head``) ends the output quietly.
+at attention CP size 1 or before 0.5.22; a debug plant asked for wrongly), a bad model, no CUDA
+GPU for a launch, or a refusal of the resolved arguments by SGLang or by cpkv (one line that says
+whose and names the fix), 130 interrupted (Ctrl-C, one line, also during SGLang's import). A
+closed stdout (``| head``) ends the output quietly.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 
-from cpkv_cli import emit, one_line, refuse, run
+from cpkv_cli import emit, refuse, run
+from cpkv_cli.environment import READ_BY, check_environment
 
 from sglang_cpkv.errors import CpkvSGLangError, PluginRefused
 from sglang_cpkv.plugin._version_guard import check_sglang_version
@@ -73,14 +79,26 @@ def sglang_import_warnings_filtered() -> Iterator[None]:
 def dry_run(
     sglang_argv: Sequence[str], gpu: str | None, fmt: str = "text", args: CpkvArgs | None = None
 ) -> int:
-    """Resolve ``sglang_argv`` for ``gpu`` (default: the local one), print the report.
+    """Resolve ``sglang_argv`` for ``gpu`` (default: the local one), check it as SGLang's launcher
+    does, print the report.
+
+    SGLang's log lines of the resolution show at ``--log-level warning`` or ``info`` only (the
+    report says what they say). A refusal is one line, SGLang's named as SGLang's and cpkv's
+    (the plugin's, raised during SGLang's resolution, or the report's bounds) as cpkv's.
 
     Returns:
-        0 on success, 2 when resolution refuses the arguments.
+        0 on success, 2 when SGLang or cpkv refuses the arguments.
     """
-    from sglang_cpkv.serve._dry_run import local_capability, resolve
+    from sglang_cpkv.serve._dry_run import local_capability
     from sglang_cpkv.serve._report import build_report, render_text
     from sglang_cpkv.serve._report_plugin import resolved_notes
+    from sglang_cpkv.serve._resolve_check import (
+        DRY_RUN_LOG_LEVEL,
+        SGLangRefused,
+        own_errors,
+        resolve_checked,
+        with_log_level,
+    )
     from sglang_cpkv.serve._sglang_argv import read_sglang_args
 
     capability = GPUS[gpu] if gpu else None
@@ -94,20 +112,20 @@ def dry_run(
         )
         return 2
     try:
-        server_args = resolve(sglang_argv, capability)
-    except Exception as err:  # SGLang's resolution raises ValueError, AssertionError, ...
-        print(
-            "cpkv-serve --dry-run: SGLang refused these arguments: "
-            + one_line(f"{type(err).__name__}: {err}"),
-            file=sys.stderr,
+        server_args = resolve_checked(
+            with_log_level(sglang_argv, DRY_RUN_LOG_LEVEL, keep_users=True), capability
         )
-        return 2
-    report = build_report(server_args, capability)
-    report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
-    if args is not None and args.shared_kv:
-        from sglang_cpkv.serve._report_shared_kv import shared_kv_section
+        report = build_report(server_args, capability)
+        report["notes"] = resolved_notes(read_sglang_args(sglang_argv), report["resolved"])
+        if args is not None and args.shared_kv:
+            from sglang_cpkv.serve._report_shared_kv import shared_kv_section
 
-        report["shared_kv"] = shared_kv_section(server_args, capability, args)
+            report["shared_kv"] = shared_kv_section(server_args, capability, args)
+    except SGLangRefused as err:
+        print(f"cpkv-serve --dry-run: SGLang refused these arguments: {err}", file=sys.stderr)
+        return 2
+    except own_errors() as err:  # the plugin's refusal, a bound of the report's planners
+        return refuse(PROG, err)
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -138,18 +156,56 @@ def emulated_gpu_arch_quiet() -> None:
 
 
 def serve(sglang_argv: Sequence[str]) -> int:
-    """Load the plugin the way SGLang does, then run ``sglang serve`` with ``sglang_argv``.
+    """Load the plugin the way SGLang does, check the arguments on this GPU, then run ``sglang
+    serve`` with ``sglang_argv``.
 
     The plugin loads before SGLang's CLI is imported: that import configures SGLang's logging,
-    after which a refusal would be logged and then printed again by its ``SystemExit``.
+    after which a refusal would be logged and then printed again by its ``SystemExit``. The check
+    (:func:`launch_refusal`) resolves the arguments on this GPU before SGLang's server starts, so
+    SGLang's refusal of them, or the plugin's, is one line and exit 2, not a traceback.
     """
     from sglang_cpkv.plugin.entry import activate
 
     activate()
+    if (refused := launch_refusal(sglang_argv)) is not None:
+        return refused
     from sglang.cli.serve import serve as sglang_serve
 
     sglang_serve(None, list(sglang_argv))
     return 0
+
+
+def launch_refusal(sglang_argv: Sequence[str]) -> int | None:
+    """Resolve and check ``sglang_argv`` on this GPU as a dry run does
+    (``_resolve_check.resolve_checked``), quietly; the refusal's exit status (2, after one line),
+    or None when SGLang may start.
+
+    Another serve backend (``--model-type`` other than ``llm``) is SGLang's alone. The plugin's
+    decisions are forgotten after the check, so SGLang's own resolution logs them again.
+    """
+    from sglang_cpkv.plugin import _decisions
+    from sglang_cpkv.serve._resolve_check import (
+        SGLangRefused,
+        own_errors,
+        resolve_checked,
+        root_logging_restored,
+        with_log_level,
+    )
+    from sglang_cpkv.serve._sglang_options import strip_model_type
+
+    argv, kind = strip_model_type(list(sglang_argv))
+    if kind not in ("auto", "llm"):
+        return None
+    try:
+        with root_logging_restored():
+            resolve_checked(with_log_level(argv, "error", keep_users=False), None)
+    except SGLangRefused as err:
+        return refuse(PROG, f"SGLang refused these arguments: {err}")
+    except own_errors() as err:
+        return refuse(PROG, err)
+    finally:
+        _decisions.clear()
+    return None
 
 
 def print_help(*, from_sglang: bool = False) -> int:
@@ -190,6 +246,7 @@ def _main(argv: list[str]) -> int:
         with sglang_import_warnings_filtered():
             return print_help()
     args = parse_cpkv_args(argv)
+    check_environment(READ_BY[PROG])  # here, not in SGLang's processes: one line, exit 2
     try:
         check_sglang_version()
     except CpkvSGLangError as err:

@@ -27,10 +27,11 @@ and runs the executors.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from cpkv_cli.environment import CPKV_DEEPGEMM_FAST_TO_CHUNK
 
 from sglang_cpkv.plugin._decisions import record
 from sglang_cpkv.plugin.hooks._warmup_shapes import ModelShapes, model_shapes
@@ -95,7 +96,7 @@ def warmup_inputs(server_args: Any, env: dict[str, str] | None = None) -> Warmup
     fast = (
         envs.SGLANG_JIT_DEEPGEMM_FAST_WARMUP.get() if env is None else _env_bool(env.get(FAST_ENV))
     )
-    to_chunk = _env_bool((os.environ if env is None else env).get(FAST_TO_CHUNK_ENV))
+    to_chunk = CPKV_DEEPGEMM_FAST_TO_CHUNK.read(env)
     cp_on = bool(resolution_result(server_args, "enable_prefill_cp"))
     algo = SpeculativeAlgorithm.from_string(resolution_result(server_args, "speculative_algorithm"))
     return WarmupInputs(
