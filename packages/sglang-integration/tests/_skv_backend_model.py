@@ -9,8 +9,10 @@ reserved), and the same logical ids index the replicated pool the sharded one is
 
 Every tensor the layers see is a *marker*: a deterministic function of ``(content id, position,
 layer)``, so a row read anywhere names where it came from. The latent KV row carries its identity
-in its bf16 RoPE part (stored unquantised, so it survives the packed fp8 pool); indexer keys,
-queries and head weights are seeded random vectors of the same identity.
+in its RoPE part, as base-8 digits: stored unquantised in the packed fp8 pool, and exact in the
+raw fp8 rows trtllm stores (e4m3 holds the integers up to 16 exactly). A row of EAGLE's draft
+also names the token its position was fed (:func:`draft_kv_row`). Indexer keys, queries and
+head weights are seeded random vectors of the same identity.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ import torch
 
 P = 64  # SGLang's DSA page size
 D_NOPE, D_ROPE = 512, 64
-#: Where a latent row's identity lives, inside the bf16 RoPE part.
-MARK_ID, MARK_PAGE, MARK_SLOT, MARK_LAYER = D_NOPE, D_NOPE + 1, D_NOPE + 2, D_NOPE + 3
+#: The marks of a latent row, inside its RoPE part from ``D_NOPE`` on, two base-8 digits each:
+#: content id + 1, page and slot of the position, layer + 1, then (draft rows) the fed token's
+#: content id + 1, page and slot (0: no token).
+MARKS = ("id", "page", "slot", "layer", "token_id", "token_page", "token_slot")
+MARK_END = D_NOPE + 2 * len(MARKS)
 
 Identity = tuple[int, int, int]  # (content id, position, layer)
+Token = tuple[int, int]  # (content id, position) of a prompt token
 
 
 @dataclass(frozen=True)
@@ -149,32 +155,58 @@ def _randn(ident: Identity, kind: int, shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randn(shape, generator=g)
 
 
+def _write_marks(row: torch.Tensor, values: Sequence[int]) -> None:
+    for i, v in enumerate(values):
+        if not 0 <= v < 64:
+            raise ValueError(f"mark {MARKS[i]} = {v}: two base-8 digits hold 0..63")
+        row[D_NOPE + 2 * i], row[D_NOPE + 2 * i + 1] = v // 8, v % 8
+
+
+def _read_marks(kv: torch.Tensor) -> torch.Tensor:
+    d = kv[:, D_NOPE:MARK_END].float().long().view(kv.shape[0], len(MARKS), 2)
+    return d[..., 0] * 8 + d[..., 1]
+
+
 @functools.cache
 def kv_row(ident: Identity) -> torch.Tensor:
     """Latent KV row ``[576]`` bf16 of a token, its identity in the RoPE part."""
     uid, pos, layer = ident
     row = _randn(ident, 0, (D_NOPE + D_ROPE,)) * 0.5
-    row[MARK_ID], row[MARK_PAGE], row[MARK_SLOT], row[MARK_LAYER] = (
-        uid + 1,
-        pos // P,
-        pos % P,
-        layer + 1,
-    )
+    _write_marks(row, (uid + 1, pos // P, pos % P, layer + 1, 0, 0, 0))
+    return row.to(torch.bfloat16)
+
+
+@functools.cache
+def draft_kv_row(ident: Identity, token: Token) -> torch.Tensor:
+    """The draft layer's latent row of position ``ident[1]``, computed from the target's hidden
+    state there (``ident``) and the token fed at it (``token``): both marked, and the token
+    also moves the values, so an output depends on which token each row was fed."""
+    row = kv_row(ident).float()
+    row[:D_NOPE] += 0.25 * _randn((token[0], token[1], 127), 5, (D_NOPE,))
+    _write_marks(row, (ident[0] + 1, ident[1] // P, ident[1] % P, ident[2] + 1, token[0] + 1,
+                       token[1] // P, token[1] % P))  # fmt: skip
     return row.to(torch.bfloat16)
 
 
 def identities(kv: torch.Tensor) -> list[Identity]:
-    """The identity :func:`kv_row` wrote into each row of ``kv [S, >= 576]``."""
-    m = kv[:, MARK_ID : MARK_LAYER + 1].float().long()
+    """The identity :func:`kv_row` wrote into each row of ``kv [S, >= MARK_END]``."""
+    m = _read_marks(kv)
     return list(zip((m[:, 0] - 1).tolist(), (m[:, 1] * P + m[:, 2]).tolist(),
                     (m[:, 3] - 1).tolist(), strict=True))  # fmt: skip
+
+
+def fed_tokens(kv: torch.Tensor) -> list[Token | None]:
+    """The token :func:`draft_kv_row` wrote into each row (None: a row of no draft)."""
+    m = _read_marks(kv)
+    return [None if t == 0 else (t - 1, page * P + slot)
+            for t, page, slot in m[:, 4:].tolist()]  # fmt: skip
 
 
 @functools.cache
 def attn_query(ident: Identity, heads: int) -> torch.Tensor:
     """Absorbed query ``[H, 576]`` float32, blind to the identity marks."""
     q = _randn(ident, 1, (heads, D_NOPE + D_ROPE))
-    q[:, MARK_ID : MARK_LAYER + 1] = 0
+    q[:, D_NOPE:MARK_END] = 0
     return q
 
 

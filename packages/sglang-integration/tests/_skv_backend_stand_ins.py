@@ -3,10 +3,13 @@
 Everything that maps pages, rows or indices is SGLang's or cpkv's own code, run as shipped:
 ``init_forward_metadata`` and its CP split (the Triton kernel runs in Triton's interpreter on a
 CPU), the indexer's key store and page reads (``SetKAndS``/``GetKAndS``), SGLang's torch top-k
-(``--dsa-topk-backend torch``, ``SGLANG_DSA_FUSE_TOPK=0``), ``transform_index_page_table_prefill``,
-both pools' stores and gathers, cpkv's plan. :func:`check_originals`
-asserts that at the start of every run. What stands in (:data:`REPLACEMENTS`) is math or
-environment that cannot run without a GPU; on the GPU only the environment rows apply.
+(``--dsa-topk-backend torch``, ``SGLANG_DSA_FUSE_TOPK=0``) and ``transform_index_page_table_
+prefill``, or its fused dispatch and the page tables and offsets it hands the fused kernels,
+trtllm's page-table padding and fp8 KV gather, EAGLE's ``_draft_extend_for_prefill`` with
+``ForwardBatch.init_new`` and the eager runner's CP split, both pools' stores and gathers,
+cpkv's plan. :func:`check_originals` asserts that at the start of every run. What stands in
+(:data:`REPLACEMENTS`) is math or environment that cannot run without a GPU (the fused top-k
+kernels' math on the GPU too: see their row); on the GPU only the rows marked so apply.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from _dsa_stand_ins import SparseMLA, _empty_mla_schedule, fp8_quantizer, paged_dequantizer
+
+#: Streaming multiprocessors of an SM100 (B200), for the trtllm scratch sizes on a CPU.
+SM100_SMS = 148
 
 #: (what is replaced, why, what runs instead, where: "cpu", "gpu" or "both")
 REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
@@ -69,6 +75,40 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
     ("the indexer's rotary-embedding module, at construction only",
      "its CPU constructor imports vLLM; the suite hands the indexer its keys, never calls it",
      "None while Indexer.__init__ runs", "both"),
+    ("the fused top-k kernels (SGLANG_DSA_FUSE_TOPK=1, --dsa-topk-backend sgl-kernel): "
+     "sgl_kernel.fast_topk_transform_fused and fast_topk_transform_ragged_fused, and SGLang's "
+     "JIT dsv4.topk.topk_transform_ragged_v2 and plan_topk_v2",
+     "CUDA only; sgl-kernel's is compiled for k = 2048 alone (the suite's 32 and 256 keep the "
+     "top-k below sequences) and the GPU box has no sgl-kernel; the CUDA kernels order what they "
+     "select, and pick among scores tied at the k-th, as their threads race, so the two pools "
+     "could not be held bitwise",
+     "torch (FusedTopK): topk_positions (each row's k best in its window, in order where the "
+     "window fits k, as the kernels' naive path) then the kernel's own transform; held to "
+     "SGLang's torch top-k and its unfused transforms, ties and -1 padding included, by "
+     "test_skv_fused_topk_stand_ins.py. Everything around them (SGLang's dispatch in "
+     "DSATopKBackend.topk_transform, the metadata and page tables they read, "
+     "_get_fused_topk_page_table, _pad_topk_indices) runs as shipped", "both"),
+    ("flashinfer's trtllm_batch_decode_with_kv_cache_mla (trtllm's sparse MLA, SM100)",
+     "CUDA (Blackwell) only",
+     "torch softmax attention in float64 over the raw fp8 rows block_tables lists (a plain "
+     "cast: the raw layout has no scales), the first seq_lens of each row", "cpu"),
+    ("flashinfer's rope.mla_rope_quantize_fp8 (trtllm's fused RoPE and fp8 cast of the queries "
+     "and of each rank's KV before SGLang's all_gather_dsa_trtllm_fp8_kv)", "CUDA only",
+     "torch RoPE from cos_sin_cache[pos] and the fp8 cast; the suite passes the identity "
+     "rotation (cos 1, sin 0), so the marks in the RoPE part survive (RoPE turns a query and "
+     "the keys it reads by their positions; which rows it reads does not depend on it)", "cpu"),
+    ("flashinfer.utils.get_device_sm_count, and the trtllm scratch DeepseekSparseAttnBackend "
+     "allocates only under CUDA (workspace, multi-CTA counters)", "both ask CUDA",
+     f"an SM100's {SM100_SMS} SMs; the scratch made as __init__ makes it on CUDA, with SGLang's "
+     "own make_persistent_multi_ctas_kv_counter_buffer", "cpu"),
+    ("EAGLE's draft ModelRunner and the NextN model it runs (GlmMoeDsaForCausalLMNextN)",
+     "a real one loads GLM-5.1's weights on a GPU",
+     "a runner holding SGLang's own KVIndexTranslator over the draft pool, whose forward is "
+     "SGLang's EagerRunner._execute_extend (the CP split of the inputs and of the target hidden "
+     "states, init_forward_metadata, the gather after forward), over a marker NextN: the "
+     "embedding and eh_proj reduced to marks of the fed token and of the target's hidden state, "
+     "the layer's Indexer and DeepseekSparseAttnBackend real; its logits processor keeps each "
+     "request's last hidden state and constant logits", "both"),
 )  # fmt: skip
 
 #: What the suite runs as shipped: (module, attribute) whose code must come from ``home``.
@@ -92,6 +132,26 @@ OUR_METHODS: tuple[tuple[str, str, str], ...] = (
     ("sglang_cpkv.plugin.shared_kv._pool", "CpkvIndexKeyCache", "_scratch_pages"),
     ("sglang_cpkv.plugin.shared_kv._pool", "CpkvSharedKVPool", "set_mla_kv_buffer"),
 )
+#: SGLang's methods on the fused top-k, trtllm and draft paths that map rows, pages or indices:
+#: each must be the one its module defines (checked like :data:`OUR_METHODS`).
+SGLANG_METHODS: tuple[tuple[str, str, str], ...] = (
+    ("sglang.srt.layers.attention.dsa.dsa_topk_backend", "DSATopKBackend", "topk_transform"),
+    ("sglang.srt.layers.attention.dsa.dsa_indexer_metadata", "DSAIndexerMetadata",
+     "topk_transform"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend",
+     "_get_fused_topk_page_table"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend", "_pad_topk_indices"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend", "_forward_trtllm"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend",
+     "_pad_trtllm_sparse_page_table"),
+    ("sglang.srt.layers.cp.interleave", "InterleaveCPStrategy", "all_gather_dsa_trtllm_fp8_kv"),
+    ("sglang.srt.layers.cp.interleave", "InterleaveCPStrategy", "shard_hidden_states"),
+    ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker", "_draft_extend_for_prefill"),
+    ("sglang.srt.model_executor.runner.eager_runner", "EagerRunner", "_execute_extend"),
+    ("sglang.srt.model_executor.runner.eager_runner", "EagerRunner", "_execute_extend_cp"),
+    ("sglang.srt.model_executor.forward_batch_info", "ForwardBatch", "init_new"),
+    ("sglang.srt.mem_cache.kv_loc_plan", "KVLocPlan", "bind"),
+)  # fmt: skip
 
 
 def _source_module(obj: Any) -> str:
@@ -153,9 +213,10 @@ def check_originals() -> list[str]:
         obj = getattr(importlib.import_module(module), name)
         if not _source_module(obj).startswith(home) or hasattr(obj, "__wrapped__"):
             bad.append(f"{module}.{name}")
-    for module, cls, name in OUR_METHODS:
+    for module, cls, name in OUR_METHODS + SGLANG_METHODS:
         owner = getattr(importlib.import_module(module), cls)
         fn = owner.__dict__.get(name)
+        fn = getattr(fn, "__func__", fn)  # a classmethod's function
         if fn is None or inspect.getsourcefile(fn) != inspect.getsourcefile(owner):
             bad.append(f"{module}.{cls}.{name}")
     return bad
@@ -218,6 +279,7 @@ class AttentionCalls:
 
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.topk = FusedTopK()  # the fused top-k stand-ins, installed with the rest
 
     def keep(self, kv: torch.Tensor, indices: torch.Tensor, topk_length=None) -> None:
         idx = indices.reshape(indices.shape[0], -1)
@@ -242,6 +304,30 @@ class AttentionCalls:
 
         return run
 
+    def trtllm_sparse_mla(self, mla: SparseMLA) -> Callable[..., Any]:
+        """flashinfer's ``trtllm_batch_decode_with_kv_cache_mla`` as the trtllm DSA backend calls
+        it (sparse: ``block_tables`` lists token slots of the raw fp8 rows, ``seq_lens`` each
+        query's count of valid ones): the torch stand-in on the rows dequantised by a plain
+        cast (trtllm's raw layout has no scales; ``bmm1_scale`` carries the softmax scale)."""
+
+        def run(query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank,
+                qk_rope_head_dim, block_tables, seq_lens, max_seq_len, sparse_mla_top_k=0,
+                out=None, bmm1_scale=1.0, bmm2_scale=1.0, **_):  # fmt: skip
+            assert sparse_mla_top_k > 0, "the DSA backend calls trtllm's sparse MLA"
+            rows = kv_cache.reshape(-1, kv_cache.shape[-1])
+            idx = block_tables.reshape(block_tables.shape[0], -1)
+            self.keep(rows, idx, seq_lens)
+            q = query.reshape(query.shape[0], -1, query.shape[-1]).to(torch.bfloat16)
+            o = mla(q, rows.to(torch.bfloat16), idx, bmm1_scale, kv_lora_rank,
+                    topk_length=seq_lens)[0]  # fmt: skip
+            o = (o.float() * bmm2_scale).to(torch.bfloat16).view(q.shape[0], 1, q.shape[1], -1)
+            if out is not None:
+                out.copy_(o.view(out.shape))
+                return out
+            return o
+
+        return run
+
     def flash_mla_with_kvcache(self, mla: SparseMLA) -> Callable[..., Any]:
         """FlashMLA's paged sparse decode kernel as flashmla_kv prefill calls it: packed fp8
         pages, token indices into them; computed by the torch stand-in on dequantised rows."""
@@ -253,6 +339,122 @@ class AttentionCalls:
             return o.unsqueeze(1), lse
 
         return run
+
+
+def topk_positions(score: torch.Tensor, lengths: torch.Tensor, k: int,
+                   row_starts: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """The fused top-k kernels' selection, per row: the ``k`` best of
+    ``score[row, start : start + length]`` as positions in that window, ``-1`` past
+    ``min(k, length)``.
+
+    A window that fits ``k`` lists its positions in order (the kernels' naive path); a longer one
+    lists them by score, descending, equal scores by lower position (the CUDA kernels leave the
+    order, and which of several equal scores fill the last places, unspecified: any fixed rule
+    keeps the two pools comparable bitwise). Returns int32 ``[rows, k]``.
+    """
+    rows, width = score.shape
+    dev = score.device
+    out = torch.full((rows, k), -1, dtype=torch.int32, device=dev)
+    if rows == 0 or k == 0 or width == 0:
+        return out
+    lengths = lengths.to(device=dev, dtype=torch.int64)
+    starts = (torch.zeros_like(lengths) if row_starts is None
+              else row_starts.to(device=dev, dtype=torch.int64))  # fmt: skip
+    rel = torch.arange(width, device=dev)[None, :] - starts[:, None]
+    inside = (rel >= 0) & (rel < lengths[:, None])
+    keyed = torch.where(inside, score.float(), float("-inf"))
+    order = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :k]
+    ranked = torch.full((rows, k), -1, dtype=torch.int64, device=dev)
+    ranked[:, : order.shape[1]] = order - starts[:, None]
+    cols = torch.arange(k, device=dev)[None, :]
+    picked = torch.where((lengths <= k)[:, None], cols, ranked)
+    return torch.where(cols < lengths.clamp(max=k)[:, None], picked, -1).to(torch.int32)
+
+
+class FusedTopK:
+    """Stand-ins for the fused top-k kernels SGLang's ``DSATopKBackend.topk_transform`` calls with
+    ``SGLANG_DSA_FUSE_TOPK`` on and ``--dsa-topk-backend sgl-kernel`` (SGLang's defaults), each
+    :func:`topk_positions` followed by the kernel's own index transform; counts its calls.
+
+    - ``sgl_kernel.fast_topk_transform_fused`` (PAGED extend): row ``r`` belongs to the request
+      ``b`` with ``cu_seqlens_q[b] <= r < cu_seqlens_q[b + 1]`` and position ``p`` becomes
+      ``page_table_size_1[b, p]``;
+    - ``dsv4.topk.topk_transform_ragged_v2`` (RAGGED extend) and
+      ``sgl_kernel.fast_topk_transform_ragged_fused`` (its older kernel, which SGLang imports
+      beside the PAGED one): ``p + out_offsets[r]``;
+    - ``dsv4.topk.plan_topk_v2`` (``init_forward_metadata`` builds it for every batch): the
+      routing plan only the paged v2 kernel reads, which SGLang calls for decode-shaped batches
+      alone (no ``row_starts``; an extend passes them): ``(rows + 1, 2)`` int32 routing no row
+      to the cluster path.
+    """
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def fast_topk_transform_fused(self, score, lengths, page_table_size_1, cu_seqlens_q, topk,
+                                  row_starts=None) -> torch.Tensor:  # fmt: skip
+        self._count("fast_topk_transform_fused")
+        pos = topk_positions(score, lengths, topk, row_starts)
+        rows = torch.arange(score.shape[0], device=score.device)
+        req = torch.searchsorted(cu_seqlens_q[1:].to(torch.int64), rows, right=True)
+        table = page_table_size_1[req.clamp(max=page_table_size_1.shape[0] - 1)]
+        slots = table.gather(1, pos.clamp(min=0).long())
+        return torch.where(pos >= 0, slots, -1).to(torch.int32)
+
+    def topk_transform_ragged_v2(self, scores, seq_lens, *, out_offsets, out_indices,
+                                 row_starts=None) -> None:  # fmt: skip
+        self._count("topk_transform_ragged_v2")
+        pos = topk_positions(scores, seq_lens, out_indices.shape[1], row_starts)
+        offsets = out_offsets.to(device=pos.device, dtype=torch.int64)[:, None]
+        out_indices.copy_(torch.where(pos >= 0, pos + offsets, -1))
+
+    def fast_topk_transform_ragged_fused(self, score, lengths, topk_indices_offset, topk,
+                                         row_starts=None) -> torch.Tensor:  # fmt: skip
+        self._count("fast_topk_transform_ragged_fused")
+        pos = topk_positions(score, lengths, topk, row_starts)
+        offsets = topk_indices_offset.to(device=pos.device, dtype=torch.int64)[:, None]
+        return torch.where(pos >= 0, pos + offsets, -1).to(torch.int32)
+
+    def plan_topk_v2(self, seq_lens, static_threshold=-1, *, out=None) -> torch.Tensor:
+        self._count("plan_topk_v2")
+        plan = seq_lens.new_zeros(seq_lens.shape[0] + 1, 2) if out is None else out.zero_()
+        plan[0, 0] = -1
+        return plan
+
+
+def mla_rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True,
+                          quantize_dtype=None, quant_scale_q=1.0, quant_scale_kv=1.0,
+                          q_rope_out=None, k_rope_out=None, q_nope_out=None, k_nope_out=None,
+                          enable_pdl=False):  # fmt: skip
+    """flashinfer's ``rope.mla_rope_quantize_fp8`` in torch: RoPE from ``cos_sin_cache[pos]``
+    (cosines then sines) on the RoPE parts, NeoX (halves) or interleaved (pairs), then every part
+    times its scale cast to fp8 into the given outputs."""
+    dtype = quantize_dtype or (q_rope_out.dtype if q_rope_out is not None
+                               else torch.float8_e4m3fn)  # fmt: skip
+    cs = cos_sin_cache[pos_ids.long()].float()
+    half = cs.shape[-1] // 2
+    cos, sin = cs[:, :half], cs[:, half:]
+
+    def rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        if is_neox:
+            a, b = x[..., :half], x[..., half:]
+            return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * c - b * s, b * c + a * s], dim=-1).flatten(-2)
+
+    parts = ((rotate(q_rope, cos[:, None], sin[:, None]), quant_scale_q, q_rope_out),
+             (rotate(k_rope, cos, sin), quant_scale_kv, k_rope_out),
+             (q_nope.float(), quant_scale_q, q_nope_out),
+             (k_nope.float(), quant_scale_kv, k_nope_out))  # fmt: skip
+    outs = []
+    for x, scale, out in parts:
+        y = (x * scale).to(dtype)
+        outs.append(y if out is None else out.copy_(y.view(out.shape)))
+    return tuple(outs)
 
 
 def _sparse_mla_prefill_stand_in(mla: SparseMLA) -> Callable[..., Any]:
@@ -295,10 +497,47 @@ def installed(mp: Any, device: torch.device) -> Iterator[AttentionCalls]:
                                          flash_mla_with_kvcache=calls.flash_mla_with_kvcache(mla),
                                          get_mla_metadata=_empty_mla_schedule))  # fmt: skip
         kernel = _sparse_mla_prefill_stand_in(mla)
+        _install_trtllm(mp, calls, mla)
     else:
         kernel = triton_mla.sparse_mla_prefill
     mp.setattr(triton_mla, "sparse_mla_prefill", calls.sparse_mla_prefill(kernel))
+    _install_fused_topk(mp, calls.topk)
     yield calls
+
+
+def _install_fused_topk(mp: Any, fused: FusedTopK) -> None:
+    """The fused top-k kernels (:class:`FusedTopK`), where SGLang's ``topk_transform`` imports
+    them from when it runs: ``sgl_kernel`` (a module of those functions alone where the package
+    cannot load: it needs CUDA's driver library) and ``dsv4.topk``."""
+    import sglang.kernels.ops.attention.dsv4.topk as topk_v2
+
+    try:
+        import sgl_kernel
+    except ImportError:
+        sgl_kernel = types.ModuleType("sgl_kernel")
+        mp.setitem(sys.modules, "sgl_kernel", sgl_kernel)
+    for name in ("fast_topk_transform_fused", "fast_topk_transform_ragged_fused"):
+        mp.setattr(sgl_kernel, name, getattr(fused, name), raising=False)
+    for name in ("topk_transform_ragged_v2", "plan_topk_v2"):
+        mp.setattr(topk_v2, name, getattr(fused, name))
+
+
+def _install_trtllm(mp: Any, calls: AttentionCalls, mla: SparseMLA) -> None:
+    """trtllm's two flashinfer kernels and the SM count that sizes its scratch (CPU)."""
+    try:
+        import flashinfer.decode
+        import flashinfer.rope
+        import flashinfer.utils
+    except ImportError:  # no trtllm configuration can run; the others need none of it
+        return
+    mp.setattr(flashinfer.decode, "trtllm_batch_decode_with_kv_cache_mla",
+               calls.trtllm_sparse_mla(mla))  # fmt: skip
+    mp.setattr(flashinfer.rope, "mla_rope_quantize_fp8", mla_rope_quantize_fp8)
+    mp.setattr(flashinfer.utils, "get_device_sm_count", lambda device=None: SM100_SMS)
+    import sglang.srt.layers.attention.trtllm_mla_backend as trtllm_mla
+
+    # the module binds flashinfer only where is_flashinfer_available() (CUDA) holds
+    mp.setattr(trtllm_mla, "flashinfer", flashinfer, raising=False)
 
 
 @contextlib.contextmanager

@@ -3,16 +3,18 @@
 ``python _skv_backend_worker.py OUT_DIR [--world N] [--cp 4 2] [--device cpu|cuda] [--configs ..]``
 starts one process per rank (``torch.multiprocessing``, gloo). For every CP size the first
 ``cp`` ranks form the CP group (the others wait), and for every configuration of
-``_skv_backend_cases.CONFIGS`` each of them runs the scenario through both sides (cpkv's pool and
-the replicated one, ``_skv_backend_rank``), then every planted bug of ``MUTATIONS`` under
-``MUTATION_CONFIGS`` at CP 2. Each rank writes ``OUT_DIR/rank<r>.json``.
+``_skv_backend_cases.CONFIGS`` deployed at that size each of them runs the scenario through both
+sides (cpkv's pool and the replicated one, ``_skv_backend_rank``; a fused top-k deployment is
+also held to the rows its torch top-k sibling read), then at CP 2 every planted bug of
+``MUTATIONS`` under ``MUTATION_CONFIGS`` and of ``PATH_MUTATIONS`` under its configurations.
+Each rank writes ``OUT_DIR/rank<r>.json``.
 
 Environment (set by the caller, before SGLang is imported): ``CPKV_SHARED_KV=1`` (the plugin
-installs the shared-KV hooks), ``SGLANG_DSA_FUSE_TOPK=0`` (SGLang's unfused top-k: with
-``--dsa-topk-backend torch``, its own torch code); on a CPU also ``TRITON_INTERPRET=1`` (SGLang's
-Triton kernels in Triton's interpreter) and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` (SGLang's
-torch MQA logits). ``--device cuda`` puts every rank on GPU 0 (one GPU cannot host two NCCL
-ranks, so the ranks talk over gloo), with SGLang's real kernels and DeepGEMM.
+installs the shared-KV hooks); on a CPU also ``TRITON_INTERPRET=1`` (SGLang's Triton kernels in
+Triton's interpreter) and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` (SGLang's torch MQA logits).
+``SGLANG_DSA_FUSE_TOPK`` is set per deployment (``Config.fused_topk``). ``--device cuda`` puts
+every rank on GPU 0 (one GPU cannot host two NCCL ranks, so the ranks talk over gloo), with
+SGLang's real kernels and DeepGEMM.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ FIXTURE = str(Path(__file__).parent / "fixtures" / "glm51_fp8")
 SM90 = (9, 0)
 
 
-def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None) -> list[str]:
+def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None,
+                 draft_only: bool = False) -> list[str]:  # fmt: skip
     """The scenario on fresh pools; returns the differences found.
 
     The replica side runs only when ``refs`` has no record of a forward yet (the clean run fills
     it; a mutated run, which changes only cpkv's code, compares against the same records).
+    ``draft_only``: the mutation is planted in EAGLE's draft forwards alone.
     """
     import _skv_backend_rank as rank_mod
     from _skv_backend_model import Cache
@@ -57,37 +61,86 @@ def run_scenario(dep, scenario, result, refs: dict, *, tag: str, mutation=None) 
     for k, extends in enumerate(scenario.steps):
         rows = cache.step(extends)
         r2t.req_to_token.copy_(cache.req_to_token.to(dep.device))
+        later = {e.name for step in scenario.steps[k + 1 :] for e in step}
+        chunked = next((r.req.name for r in rows if r.req.name in later), None)
         for draft in (False, True) if k in scenario.draft else (False,):
             what = f"{tag} step {k}{' draft' if draft else ''}"
             if (k, draft) not in refs:
                 refs[(k, draft)] = rank_mod.run_forward(dep, sides["replica"], rows, r2t,
-                                                        dep.calls, draft=draft)  # fmt: skip
+                                                        dep.calls, draft=draft,
+                                                        chunked=chunked)  # fmt: skip
             ref = refs[(k, draft)]
+            planted = mutation is not None and (draft or not draft_only)
+            kernels = dict(dep.calls.topk.calls)
             try:
-                with mutation() if mutation is not None else contextlib.nullcontext():
+                with mutation() if planted else contextlib.nullcontext():
                     ours = rank_mod.run_forward(dep, sides["cpkv"], rows, r2t, dep.calls,
-                                                draft=draft)  # fmt: skip
+                                                draft=draft, chunked=chunked)  # fmt: skip
             except Exception as exc:
                 if mutation is None:
                     raise
-                return [*bad, f"{what}: {type(exc).__name__}: {str(exc)[:160]}"]  # loud failure
+                bad.append(f"{what}: {type(exc).__name__}: {str(exc)[:160]}")  # loud failure
+                every_rank_caught(dep, True)  # raised on every rank alike (plan checks)
+                return bad
             found = rank_mod.compare(ours, ref, topk)
             bad += [f"{what}: {f}" for f in found]
-            if mutation is not None and bad:  # caught: the rest of the scenario adds nothing
-                return bad
+            if mutation is not None and every_rank_caught(dep, bool(bad)):
+                return bad  # caught on every rank: the rest of the scenario adds nothing
             if mutation is None:
                 result["runs"].append({
-                    "tag": what, "method": ours.method,
+                    "tag": what, "method": ours.method, "impl": ours.impl,
+                    "kv_read": ours.kv_read, "topk_is_slots": ours.topk_is_slots,
                     "topk_below_every_seq": topk < min(r.seq for r in rows),
                     "rows": len(ours.rows), "requests": len(rows),
                     "rank_misses_a_request": len({r.req.name for r, _ in ours.rows}) < len(rows),
                     "prefix": any(r.prefix for r in rows),
                     "reads": sum(len(x) for lay in ours.layers for x in lay.reads),
                     "lookups": ours.lookups,
+                    "fed_reads": sum(t is not None for lay in ours.layers for row in lay.feeds
+                                     for _, t in row),
+                    "topk_kernels": {name: n - kernels.get(name, 0)
+                                     for name, n in dep.calls.topk.calls.items()
+                                     if n > kernels.get(name, 0)},
                     "ok": not found,
                 })  # fmt: skip
         cache.commit(rows)
     return bad
+
+
+def same_rows(fused: dict, unfused: dict) -> dict:
+    """Whether a deployment with SGLang's fused top-k read, per forward, layer and query row, the
+    same KV rows as the same deployment with its torch top-k (replica records of one scenario):
+    the fused kernels' page and offset transforms land where the unfused ones do."""
+    out: dict = {"forwards": 0, "differ": []}
+    for (k, draft), rec in sorted(fused.items()):
+        other = unfused.get((k, draft))
+        if other is None:
+            continue
+        out["forwards"] += 1
+        for a, b in zip(rec.layers, other.layers, strict=True):
+            if a.reads != b.reads:
+                out["differ"].append(f"step {k}{' draft' if draft else ''} layer {a.layer}")
+    return out
+
+
+def every_rank_caught(dep, caught: bool) -> bool:
+    """Whether every rank of the CP group has caught the planted bug: the ranks of a mutated
+    run stop together (a rank stopping alone would leave the others in a collective)."""
+    flag = torch.tensor([int(caught)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=dep.group.cpu_group)
+    return bool(flag.item())
+
+
+def planted_bugs(config: str, opts: dict) -> list[tuple[str, str]]:
+    """``(mutation, scope)`` to run under ``config`` at CP 2: every mutation of ``MUTATIONS``
+    under ``MUTATION_CONFIGS`` (or ``--mutation-configs``), scope ``all``, then those of
+    ``PATH_MUTATIONS`` that name ``config``."""
+    import _skv_backend_cases as cases
+
+    under = opts["mutation_configs"] or cases.MUTATION_CONFIGS
+    out = [(name, "all") for name in cases.MUTATIONS if config in under]
+    return out + [(name, scope) for name, where in cases.PATH_MUTATIONS.items()
+                  for c, scope in where if c == config]  # fmt: skip
 
 
 def check_inverse_bound(dep) -> dict:
@@ -133,7 +186,7 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> Non
 def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
     torch.set_num_threads(1)
     result: dict = {"rank": rank, "error": None, "failures": [], "runs": [], "mutations": {},
-                    "originals_replaced": None, "seconds": {}}  # fmt: skip
+                    "originals_replaced": None, "seconds": {}, "fused_vs_torch": {}}  # fmt: skip
     device = torch.device("cuda", 0) if opts["device"] == "cuda" else torch.device("cpu")
     t0 = time.monotonic()
     try:
@@ -165,12 +218,13 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
             for cp in opts["cps"]
         }  # fmt: skip
         configs = [c for c in cases.CONFIGS if not opts["configs"] or c.name in opts["configs"]]
+        replicas: dict[str, dict] = {}  # the replica's records per deployment, for same_rows
         with pytest.MonkeyPatch.context() as mp, stand_ins.installed(mp, device) as calls:
             result["originals_replaced"] = stand_ins.check_originals()
             for cp in opts["cps"]:
                 t1 = time.monotonic()
                 if rank < cp:
-                    for config in configs:
+                    for config in [c for c in configs if cp in c.cps]:
                         dep = rank_mod.Deployment(config, cp, rank, groups[cp], device, FIXTURE,
                                                   SM90)  # fmt: skip
                         dep.calls = calls
@@ -178,22 +232,22 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                             tag, refs = f"cp{cp} {config.name}", {}
                             result["failures"] += run_scenario(dep, cases.SCENARIO, result, refs,
                                                                tag=tag)  # fmt: skip
+                            replicas[tag] = refs
+                            torch_tag = tag.removesuffix("+fused")
+                            if config.fused_topk and torch_tag in replicas:
+                                result["fused_vs_torch"][tag] = same_rows(
+                                    refs, replicas[torch_tag])  # fmt: skip
                             if cp == 2 and config == configs[0]:
                                 result["inverse_bound"] = check_inverse_bound(dep)
-                            under = opts["mutation_configs"] or cases.MUTATION_CONFIGS
-                            if cp == 2 and config.name in under and opts["mutations"]:
-                                for name, mutation in cases.MUTATIONS.items():
+                            if cp == 2 and opts["mutations"]:
+                                for name, scope in planted_bugs(config.name, opts):
                                     found = run_scenario(
-                                        dep,
-                                        cases.SCENARIO,
-                                        {},
-                                        refs,
-                                        tag=f"{tag} {name}",
-                                        mutation=mutation,
-                                    )
-                                    result["mutations"].setdefault(name, {})[config.name] = found[
-                                        :3
-                                    ]
+                                        dep, cases.SCENARIO, {}, refs, tag=f"{tag} {name}",
+                                        mutation=cases.ALL_MUTATIONS[name],
+                                        draft_only=scope == "draft",
+                                    )  # fmt: skip
+                                    key = config.name + (" draft" if scope == "draft" else "")
+                                    result["mutations"].setdefault(name, {})[key] = found[:3]
                 result["seconds"][f"cp{cp}"] = round(time.monotonic() - t1, 1)
                 dist.barrier()
     except Exception:
@@ -228,7 +282,6 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "1")
     else:  # the gather scratch in NCCL symmetric memory needs NCCL ranks; ours talk over gloo
         os.environ.setdefault("SGLANG_ENABLE_KV_SHARD_ZERO_SM_GATHER", "0")
-    os.environ.setdefault("SGLANG_DSA_FUSE_TOPK", "0")
     os.environ["CPKV_SHARED_KV"] = "1"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -267,8 +320,10 @@ def write_summary(out_dir: Path, device: str) -> dict:
             cp, config = run["tag"].split()[:2]
             row = rows.setdefault(
                 f"{cp} {config}",
-                {"ranks": set(), "forwards": 0, "ok": 0, "rows": 0, "reads": 0, "methods": set()},
-            )
+                {"ranks": set(), "forwards": 0, "ok": 0, "rows": 0, "reads": 0, "methods": set(),
+                 "kv_read": set()},
+            )  # fmt: skip
+            row["kv_read"].add(run.get("kv_read", ""))
             row["ranks"].add(r["rank"])
             row["forwards"] += 1
             row["ok"] += run["ok"]
@@ -277,13 +332,26 @@ def write_summary(out_dir: Path, device: str) -> dict:
             row["methods"].add(run["method"])
     for row in rows.values():
         row["ranks"], row["methods"] = sorted(row["ranks"]), sorted(row["methods"])
+        row["kv_read"] = sorted(row["kv_read"])
     where = "cpu" if device == "cpu" else "gpu"
+    fused: dict[str, dict] = {}  # over the ranks: forwards compared, differences
+    caught: dict[str, dict[str, bool]] = {}  # a planted bug is caught when some rank caught it
+    for r in ranks:
+        for k, v in r.get("fused_vs_torch", {}).items():
+            agg = fused.setdefault(k, {"forwards": 0, "differ": []})
+            agg["forwards"] += v["forwards"]
+            agg["differ"] += [f"rank {r['rank']} {d}" for d in v["differ"]]
+        for name, by in r["mutations"].items():
+            for config, found in by.items():
+                caught.setdefault(name, {})[config] = caught.get(name, {}).get(config, False) or (
+                    bool(found)
+                )
     summary = {
         "device": device, "env": env, "errors": [r["error"] for r in ranks if r["error"]],
         "failures": sum(len(r["failures"]) for r in ranks), "cases": rows,
-        "mutations": {name: {c: bool(f) for c, f in by.items()}
-                      for r in ranks[:1] for name, by in r["mutations"].items()},
+        "mutations": caught,
         "inverse_bound": ranks[0].get("inverse_bound") if ranks else None,
+        "fused_vs_torch": fused,
         "stand_ins": [x[0] for x in stand_ins.REPLACEMENTS if x[3] in (where, "both")],
         "stubbed_modules": sorted({m for r in ranks for m in r.get("stubbed", [])}),
         "seconds": [r["seconds"] for r in ranks],
@@ -293,11 +361,15 @@ def write_summary(out_dir: Path, device: str) -> dict:
         f"# shared KV through SGLang's DSA backend ({device})", "",
         f"{env.get('timestamp', '')} | {env.get('gpu_name') or env.get('cpu', '')} | "
         f"torch {env.get('torch')} | triton {env.get('triton')} | `{env.get('command', '')}`", "",
-        "| case | ranks | forwards agreeing | query rows compared | KV rows read | top-k |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| case | ranks | forwards agreeing | query rows compared | KV rows read | top-k | "
+        "rows the attention kernel read |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         *(f"| {k} | {v['ranks']} | {v['ok']}/{v['forwards']} | {v['rows']:,} | {v['reads']:,} | "
-          f"{', '.join(v['methods'])} |" for k, v in rows.items()),
+          f"{', '.join(v['methods'])} | {', '.join(v['kv_read'])} |" for k, v in rows.items()),
         "", f"errors: {len(summary['errors'])}; differences: {summary['failures']}",
+        "fused top-k read the rows of the torch top-k (forwards compared, all ranks): "
+        + (", ".join(f"{k}: {v['forwards']}{' DIFFER ' + str(v['differ']) if v['differ'] else ''}"
+                     for k, v in summary["fused_vs_torch"].items()) or "none compared"),
         f"planted bugs caught: {summary['mutations'] or 'none run'}",
         f"inverse bound (4 requests): {summary['inverse_bound']}",
         "", "stood in:", *(f"- {x}" for x in summary["stand_ins"]),
