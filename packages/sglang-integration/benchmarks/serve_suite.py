@@ -85,7 +85,9 @@ def base_args(model: Path, tp: int, cp: int, dummy: bool) -> list[str]:
     args += ["--mem-fraction-static", "0.6", "--context-length", "40000"]
     args += ["--disable-cuda-graph", "--skip-server-warmup", "--grammar-backend", "none"]
     if cp > 1:
-        args += ["--enable-prefill-cp", "--attn-cp-size", str(cp)]
+        # SGLang (0.5.20 on) refuses --enable-prefill-cp without a strategy; interleave is the
+        # one the shared-KV pool and the deploy recipes use
+        args += ["--enable-prefill-cp", "--attn-cp-size", str(cp), "--cp-strategy", "interleave"]
     return args + (["--load-format", "dummy"] if dummy else [])
 
 
