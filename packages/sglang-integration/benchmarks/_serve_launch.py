@@ -28,6 +28,19 @@ CPKV_SERVE = [sys.executable, "-m", "sglang_cpkv.serve.cli"]
 NO_PLUGINS = {"SGLANG_PLUGINS": "none"}
 
 
+def base_args(model: Path, tp: int = 1, cp: int = 1, dummy: bool = False) -> list[str]:
+    """The server arguments every served run shares (the suite's checks and the timed servers
+    alike): page 64, no CUDA graphs or warmup request, no grammar backend."""
+    args = ["--model-path", str(model), "--tp-size", str(tp), "--page-size", "64"]
+    args += ["--mem-fraction-static", "0.6", "--context-length", "40000"]
+    args += ["--disable-cuda-graph", "--skip-server-warmup", "--grammar-backend", "none"]
+    if cp > 1:
+        # SGLang (0.5.20 on) refuses --enable-prefill-cp without a strategy; interleave is the
+        # one the shared-KV pool and the deploy recipes use
+        args += ["--enable-prefill-cp", "--attn-cp-size", str(cp), "--cp-strategy", "interleave"]
+    return args + (["--load-format", "dummy"] if dummy else [])
+
+
 class ServerDied(RuntimeError):
     """The server exited (or never answered) before it was ready."""
 

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _serve_launch import CPKV_SERVE, NO_PLUGINS, PLAIN, flush_cache, launch, post
+from _serve_launch import CPKV_SERVE, NO_PLUGINS, PLAIN, base_args, flush_cache, launch, post
 
 PROMPT_TOKENS = (1024, 8192, 32768)
 #: bf16 KV: SGLang (and the plugin, which keeps a consistent pair) picks FA3 for decode on SM90;
@@ -91,15 +91,12 @@ def measure(srv, reps: int, rng: random.Random) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     out = args.out
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    dummy = False  # timing is the same on any weights; the tiny model gets real random ones
     if args.model is None:
         from glm_config import write_tiny_checkpoint
 
         folder = Path(tempfile.mkdtemp(prefix="tiny-glm51-"))
         args.model = write_tiny_checkpoint(folder, weights=True)
-    base = ["--model-path", str(args.model), "--page-size", "64", "--mem-fraction-static", "0.6"]
-    base += ["--context-length", "40000", "--skip-server-warmup", "--grammar-backend", "none"]
-    base += ["--disable-cuda-graph", *BF16_DECODE, *(["--load-format", "dummy"] if dummy else [])]
+    base = [*base_args(args.model), *BF16_DECODE]
     rows: list[dict] = []
     for name, (command, extra, env) in SERVERS.items():
         rng = random.Random(0)  # every server gets the same prompts

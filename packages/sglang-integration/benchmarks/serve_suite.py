@@ -45,6 +45,7 @@ from _serve_launch import (
     NO_PLUGINS,
     PLAIN,
     ServerDied,
+    base_args,
     free_port,
     generate,
     launch,
@@ -78,17 +79,6 @@ ORDER = ["bf16", "plain", "planted-fault", "indexcache-f4", "fp8", "eagle", "chu
          "user-backends", "refusals"]  # fmt: skip
 FAULT_ENV = {"CPKV_DEBUG_FAULT": "swap-kv-pages", "CPKV_DEBUG_FAULT_ACK": "i-want-wrong-output"}
 BREAK_ENV = {"CPKV_DEBUG_BREAK_HOOK": "config-repair"}
-
-
-def base_args(model: Path, tp: int, cp: int, dummy: bool) -> list[str]:
-    args = ["--model-path", str(model), "--tp-size", str(tp), "--page-size", "64"]
-    args += ["--mem-fraction-static", "0.6", "--context-length", "40000"]
-    args += ["--disable-cuda-graph", "--skip-server-warmup", "--grammar-backend", "none"]
-    if cp > 1:
-        # SGLang (0.5.20 on) refuses --enable-prefill-cp without a strategy; interleave is the
-        # one the shared-KV pool and the deploy recipes use
-        args += ["--enable-prefill-cp", "--attn-cp-size", str(cp), "--cp-strategy", "interleave"]
-    return args + (["--load-format", "dummy"] if dummy else [])
 
 
 def always_on_hooks() -> list[str]:
