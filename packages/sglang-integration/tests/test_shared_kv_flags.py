@@ -109,3 +109,13 @@ def test_shared_kv_public_names_import_lazily():
         "assert 'sglang' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_preflight_hooks_under_the_flag_are_the_shared_kv_processes_hooks(monkeypatch):
+    """Under ``--cpkv-shared-kv`` the preflight lists, and lets a debug break name, the hooks
+    SGLang's processes will register (``CPKV_SHARED_KV=1`` there), shared-KV ones included."""
+    from sglang_cpkv.serve._preflight import check_hooks
+
+    monkeypatch.delenv(SHARED_KV_ENV, raising=False)
+    monkeypatch.setenv("CPKV_DEBUG_BREAK_HOOK", "shared-kv-plan")
+    assert check_hooks({}, shared_kv=True) == (*(s.name for s in SPECS), *SHARED_KV_NAMES)

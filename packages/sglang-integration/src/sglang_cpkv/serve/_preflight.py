@@ -143,9 +143,9 @@ def check_hooks(index_flags: Mapping[str, object], *, shared_kv: bool = False) -
     from sglang_cpkv.plugin.entry import DISABLE_ENV, SHARED_KV_ENV, enabled_specs
 
     try:
-        if shared_kv:  # SGLang's processes will see CPKV_SHARED_KV=1 (cli sets it)
-            enabled_specs({**os.environ, SHARED_KV_ENV: "1"})
-        names = tuple(spec.name for spec in enabled_specs())
+        # SGLang's processes will see CPKV_SHARED_KV=1 (cli sets it): their hooks, not ours now
+        env = {**os.environ, SHARED_KV_ENV: "1"} if shared_kv else None
+        names = tuple(spec.name for spec in enabled_specs(env))
         broken_hook(names)
     except CpkvSGLangError as err:
         raise InputError(str(err)) from None
