@@ -84,3 +84,19 @@ def test_post_process_pass_takes_no_resolution_hook():
 
     with pytest.raises(ValueError, match="not an overridable resolution hook"):
         register_resolution_hook("_dsa_split_backend_resolution")
+
+
+@pytest.mark.parametrize(("name", "value"), [("CPKV_DEBUG", "maybe"), ("CPKV_BACKEND", "cuda9")])
+def test_load_refuses_a_bad_environment_variable(monkeypatch, name, value):
+    """``sglang serve`` with the plugin installed checks nothing at start: the plugin's load()
+    does, once, so a bad value stops SGLang's process at start instead of raising inside a
+    forward (the ops read them per call)."""
+    from sglang_cpkv.errors import PluginRefused
+    from sglang_cpkv.plugin import _registered
+    from sglang_cpkv.plugin.entry import load
+
+    before = _registered.registered_hooks()
+    monkeypatch.setenv(name, value)
+    with pytest.raises(PluginRefused, match=f"refused to load: {name}="):
+        load()
+    assert _registered.registered_hooks() == before

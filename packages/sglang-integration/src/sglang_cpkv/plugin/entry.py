@@ -38,7 +38,14 @@ from __future__ import annotations
 import logging
 import os
 
-from cpkv_cli.environment import CPKV_DEBUG_BREAK_HOOK, CPKV_DISABLE_HOOKS, CPKV_SHARED_KV
+from cpkv_cli import InputError
+from cpkv_cli.environment import (
+    CPKV_DEBUG_BREAK_HOOK,
+    CPKV_DISABLE_HOOKS,
+    CPKV_SHARED_KV,
+    READ_BY,
+    check_environment,
+)
 
 from sglang_cpkv.errors import (
     CpkvSGLangError,
@@ -138,6 +145,11 @@ def load() -> None:
 def _load() -> None:
     from sglang_cpkv.plugin._framework import check_target, register
 
+    try:  # cpkv-serve checked them at start; `sglang serve` with the plugin installed did not
+        check_environment(READ_BY["cpkv-serve"])
+    except InputError as err:  # a bad value would otherwise raise inside a forward
+        _log_refusal("sglang-cpkv plugin refused to load: %s", err)
+        raise PluginRefused(str(err)) from err
     try:
         version = check_sglang_version()
         enabled = enabled_specs()
