@@ -116,8 +116,10 @@ INT64_MAX = 2**63 - 1
 
 def _flag(text: str) -> bool:
     word = text.lower()
-    if word in _TRUE | _FALSE:
-        return word in _TRUE
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
     raise ValueError(text)
 
 
