@@ -102,17 +102,15 @@ def machine_capacity(device: str | None, dry_run: bool) -> tuple[int, str] | Non
             "--dry-run: no CUDA GPU on this machine; pass --gpu sm90 or --gpu sm100 to resolve "
             "for one"
         )
-    if device == "cuda":
-        raise InputError(
-            f"--device cuda, but no CUDA device is visible{shown}; run on a GPU host, or add "
-            f"--dry-run --gpu sm90|sm100 to see what it would run"
+    if device != "cpu":
+        lead = (
+            f"--device cuda, but no CUDA device is visible{shown}"
+            if device == "cuda"
+            else f"no CUDA GPU is visible on this machine{shown}, and cpkv-serve serves on CUDA "
+            f"GPUs (SGLang would fall back to the CPU)"
         )
-    if device is None:
-        raise InputError(
-            f"no CUDA GPU is visible on this machine{shown}, and cpkv-serve serves on CUDA GPUs "
-            f"(SGLang would fall back to the CPU); run on a GPU host, or add --dry-run --gpu "
-            f"sm90|sm100 to see what it would run"
-        )
+        raise InputError(f"{lead}; run on a GPU host, or add --dry-run --gpu sm90|sm100 to see "
+                         f"what it would run")  # fmt: skip
     cores = len(os.sched_getaffinity(0))
     return cores, f"this process may run on {_count(cores, 'CPU core')}"
 
