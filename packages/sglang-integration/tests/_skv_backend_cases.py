@@ -68,7 +68,9 @@ SCENARIO = Scenario(
 
 
 @contextlib.contextmanager
-def _patch(owner: Any, name: str, value: Any) -> Iterator[None]:
+def patch_attr(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` inside the block (a class's own attribute, or a module's);
+    the planted bugs of every shared-KV suite go in through it."""
     saved = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     setattr(owner, name, value)
     try:
@@ -82,7 +84,7 @@ def every_row_request_0() -> contextlib.AbstractContextManager:
     from sglang_cpkv.plugin.shared_kv._forward import ForwardScratch
 
     real = ForwardScratch._table_requests
-    return _patch(ForwardScratch, "_table_requests",
+    return patch_attr(ForwardScratch, "_table_requests",
                   lambda self, n, what: torch.zeros_like(real(self, n, what)))  # fmt: skip
 
 
@@ -96,7 +98,7 @@ def pages_through_next_request() -> contextlib.AbstractContextManager:
         slot = inverse[req.unsqueeze(1), pages.long().clamp(0, inverse.shape[1] - 1)]
         return self.placement.slot_scratch[slot.long()]
 
-    return _patch(ForwardScratch, "scratch_pages", scratch_pages)
+    return patch_attr(ForwardScratch, "scratch_pages", scratch_pages)
 
 
 def kept_rows_next_rank() -> contextlib.AbstractContextManager:
@@ -104,7 +106,7 @@ def kept_rows_next_rank() -> contextlib.AbstractContextManager:
     from sglang_cpkv.plugin.shared_kv import _pool
 
     real = _pool.interleave_kept_rows
-    return _patch(_pool, "interleave_kept_rows",
+    return patch_attr(_pool, "interleave_kept_rows",
                   lambda extend, n, rank: real(extend, n, (rank + 1) % n))  # fmt: skip
 
 
@@ -119,7 +121,7 @@ def staged_at_persisted_rows() -> contextlib.AbstractContextManager:
     def write_rows(self, loc):
         return self.local_rows if self._is_out_cache_loc(loc) else real(self, loc)
 
-    return _patch(ForwardScratch, "write_rows", write_rows)
+    return patch_attr(ForwardScratch, "write_rows", write_rows)
 
 
 def attention_table_next_request() -> contextlib.AbstractContextManager:
@@ -138,7 +140,7 @@ def attention_table_next_request() -> contextlib.AbstractContextManager:
         dense = self.remap(loc, req, self.placement.inverse, self.page_size)
         return to_scratch(dense, self.placement.slot_scratch, self.page_size)
 
-    return _patch(ForwardScratch, "translate", translate)
+    return patch_attr(ForwardScratch, "translate", translate)
 
 
 def ragged_offsets_unfixed() -> contextlib.AbstractContextManager:
@@ -154,7 +156,7 @@ def ragged_offsets_unfixed() -> contextlib.AbstractContextManager:
                                              parallel.attn_cp_rank)  # fmt: skip
         return torch.tensor(rows, dtype=torch.int32, device=forward_batch.extend_seq_lens.device)
 
-    return _patch(ragged_offsets, "_chunk_offsets", kept_request_offsets)
+    return patch_attr(ragged_offsets, "_chunk_offsets", kept_request_offsets)
 
 
 MUTATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {

@@ -228,16 +228,23 @@ class Deployment:
         assert kv_cache_configurator.PageInterleaveDSATokenToKVPool is cls
         return cls
 
+    def shard_spec(self, rank: int | None = None) -> Any:
+        """SGLang's ``PageShardSpec`` for ``rank`` of this CP group (this deployment's rank by
+        default): the suites' scratch bounds, ``GATHER_PAGES_PER_RANK`` and ``WRITE_PAGES``."""
+        from sglang.srt.mem_cache.page_interleave import PageShardSpec
+
+        n = self.cp
+        return PageShardSpec(shard_rank=self.rank if rank is None else rank, shard_size=n,
+                             page_size=P, max_prefix_tokens=GATHER_PAGES_PER_RANK * n * P,
+                             chunk_tokens=WRITE_PAGES * P)  # fmt: skip
+
     def build(self, req_to_token: Any, *, replica: bool = True,
               max_requests: int = MAX_REQUESTS) -> dict[str, Side]:  # fmt: skip
         """Both sides (or cpkv's alone), on fresh pools admitting ``max_requests`` per batch."""
         from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
-        from sglang.srt.mem_cache.page_interleave import PageShardSpec
 
         n = self.cp
-        spec = PageShardSpec(shard_rank=self.rank, shard_size=n, page_size=P,
-                             max_prefix_tokens=GATHER_PAGES_PER_RANK * n * P,
-                             chunk_tokens=WRITE_PAGES * P)  # fmt: skip
+        spec = self.shard_spec()
         sharded = self.sharded_pool_class()
         size, replica_size = LOCAL_PAGES * P, n * (LOCAL_PAGES + 1) * P
         target = (0, LAYERS, SKIP_TOPK, max_requests)

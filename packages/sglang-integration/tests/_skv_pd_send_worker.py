@@ -50,7 +50,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _skv_backend_cases import patch_attr
 from _skv_pd_sglang import (
     PAGE,
     Decode,
@@ -209,16 +210,13 @@ def build_prefill(dep: Any, replica: tuple[Any, Any] | None = None) -> Prefill:
     import _skv_backend_rank as rank_mod
     from _skv_backend_model import Cache
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, ReqToTokenPool
-    from sglang.srt.mem_cache.page_interleave import PageShardSpec
 
     n = dep.cp
     group = ThreadGroup(n)
     cls = dep.sharded_pool_class()
     pools = []
     for rank in range(n):
-        spec = PageShardSpec(shard_rank=rank, shard_size=n, page_size=PAGE,
-                             max_prefix_tokens=rank_mod.GATHER_PAGES_PER_RANK * n * PAGE,
-                             chunk_tokens=rank_mod.WRITE_PAGES * PAGE)  # fmt: skip
+        spec = dep.shard_spec(rank)
         pools.append(tuple(
             cls(rank_mod.LOCAL_PAGES * PAGE, shard_spec=spec, shard_group=group.member(rank),
                 **dep._pool_kwargs(*where))
@@ -447,23 +445,12 @@ def run_case(dep: Any, replica: tuple[Any, Any] | None = None) -> tuple[dict[str
 # ---- planted bugs: where cpkv's pool persists a token, and one in the sender -----------------
 
 
-@contextlib.contextmanager
-def _patched(owner: type, name: str, value: Any) -> Iterator[None]:
-    """``owner.name`` is ``value`` inside the block."""
-    real = owner.__dict__[name]
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, real)
-
-
 def _persisting(rows: Callable[[Any, torch.Tensor], torch.Tensor]) -> Any:
     """``CpkvSharedKVPool.cpkv_persist_rows`` (the local row each latent row and indexer key the
     pool stores lands on) replaced by ``rows(pool, loc)``."""
     from sglang_cpkv.plugin.shared_kv._pool import CpkvSharedKVPool
 
-    return _patched(CpkvSharedKVPool, "cpkv_persist_rows", rows)
+    return patch_attr(CpkvSharedKVPool, "cpkv_persist_rows", rows)
 
 
 def owner_next_rank() -> contextlib.AbstractContextManager:
@@ -504,7 +491,7 @@ def empty_final_chunk_dropped() -> contextlib.AbstractContextManager:
         kv, index_slice, last, skip = real(self, kv_indices, state_indices)
         return kv, index_slice, last, skip or len(kv) == 0
 
-    return _patched(CommonKVSender, "_prepare_send_indices", prepare)
+    return patch_attr(CommonKVSender, "_prepare_send_indices", prepare)
 
 
 MUTATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {

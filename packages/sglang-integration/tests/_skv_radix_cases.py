@@ -33,11 +33,11 @@ rank that left a forward early would leave the other waiting in the next all-gat
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+from _skv_backend_cases import patch_attr
 from _skv_backend_rank import Config
 
 P = 64
@@ -114,16 +114,6 @@ EAGLE_SCRIPT: tuple[Step, ...] = (
 # ---- planted bugs ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _patch(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = owner.__dict__[name]
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
-
-
 def _token_positions(prefix_lens: Sequence[int], seq_lens: Sequence[int]) -> torch.Tensor:
     return torch.tensor([p for q, s in zip(prefix_lens, seq_lens, strict=True)
                          for p in range(int(q), int(s))], dtype=torch.long)  # fmt: skip
@@ -147,7 +137,7 @@ def _rewrite_local_rows(keep: Callable[..., torch.Tensor]) -> contextlib.Abstrac
         plan.local_rows = torch.where(mine.to(loc.device), local, offset)
         return plan
 
-    return _patch(_pool, "plan_forward", plan_forward)
+    return patch_attr(_pool, "plan_forward", plan_forward)
 
 
 def owner_by_position() -> contextlib.AbstractContextManager:
@@ -201,7 +191,7 @@ def gathered_page_memo() -> contextlib.AbstractContextManager:
                 else:
                     memo[key] = view[at].clone()
 
-    return _patch(CpkvSharedKVPool, "_prefetch_layer", _prefetch_layer)
+    return patch_attr(CpkvSharedKVPool, "_prefetch_layer", _prefetch_layer)
 
 
 def row_pages_remembered() -> contextlib.AbstractContextManager:
@@ -223,7 +213,7 @@ def row_pages_remembered() -> contextlib.AbstractContextManager:
             memo[row] = req_to_token[row, :s].clone()
         return real(self, table, req_pool_indices, prefix_lens, seq_lens, **kw)
 
-    return _patch(CpkvSharedKVPool, "_begin", _begin)
+    return patch_attr(CpkvSharedKVPool, "_begin", _begin)
 
 
 MUTATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {

@@ -44,16 +44,9 @@ def build_sides(dep: Any, req_to_token: Any, *, replica: bool, local_pages: int)
     per-rank size SGLang gives both the pool and ``PageInterleavePoolAllocator``."""
     import _skv_backend_rank as rank_mod
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
-    from sglang.srt.mem_cache.page_interleave import PageShardSpec
 
     n, p = dep.cp, rank_mod.P
-    spec = PageShardSpec(
-        shard_rank=dep.rank,
-        shard_size=n,
-        page_size=p,
-        max_prefix_tokens=rank_mod.GATHER_PAGES_PER_RANK * n * p,
-        chunk_tokens=rank_mod.WRITE_PAGES * p,
-    )
+    spec = dep.shard_spec()
     kwargs = dep._pool_kwargs(0, rank_mod.LAYERS, rank_mod.SKIP_TOPK)
     sharded = dep.sharded_pool_class()
     pools = {"cpkv": sharded(local_pages * p, shard_spec=spec, shard_group=dep.group, **kwargs)}
