@@ -54,3 +54,42 @@ def test_deep_gemm_pairs_with_the_gpu_boxs_torch_and_the_locked_one_does_not():
         assert row[4] is None or f"apache-tvm-ffi=={row[4]}" in plan[".whl/"]
     locked = pairing_for(_locked("sgl-deep-gemm"))
     assert locked is not None and GPU_BOX_TORCH not in locked[2]
+
+
+def _script_module():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("fetch_gpu_wheels", str(SCRIPT))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_the_packed_site_leaves_out_what_the_box_has_and_sglangs_unused_parts(tmp_path):
+    import tarfile
+    import zipfile
+
+    fgw = _script_module()
+    wheels = {
+        "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl": ["numpy/__init__.py"],
+        "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl": [
+            "sglang/__init__.py", "sglang/srt/layers/attn.py", "sglang/test/t.py",
+            "sglang/multimodal_gen/m.py", "sglang/srt/rust_extensions/_server.so",
+            "sglang/srt/rust_extensions/__init__.py", "sglang/__pycache__/x.pyc",
+        ],
+        "fastapi-0.165.0-py3-none-any.whl": ["fastapi/__init__.py"],
+    }  # fmt: skip
+    for name, files in wheels.items():
+        with zipfile.ZipFile(tmp_path / name, "w") as zf:
+            for f in files:
+                zf.writestr(f, "x = 1\n")
+    packed = fgw.pack(tmp_path)
+    with tarfile.open(packed) as tf:
+        got = {m.name.removeprefix("./") for m in tf.getmembers() if m.isfile()}
+    assert got == {
+        "sglang/__init__.py", "sglang/srt/layers/attn.py",
+        "sglang/srt/rust_extensions/__init__.py", "fastapi/__init__.py",
+    }  # fmt: skip
+    assert not list(tmp_path.glob("*.part"))
