@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
-import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _gloo_rank import free_port, gloo_rank
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -189,16 +187,9 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                     "originals_replaced": None, "seconds": {}, "fused_vs_torch": {}}  # fmt: skip
     device = torch.device("cuda", 0) if opts["device"] == "cuda" else torch.device("cpu")
     t0 = time.monotonic()
-    try:
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=900),
-        )
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    with gloo_rank(rank, world, port, out_dir, result, timeout_s=900):
         import _skv_backend_stand_ins as stand_ins
 
         result["stubbed"] = stand_ins.stub_missing_packages() if device.type == "cuda" else []
@@ -250,13 +241,6 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                                     result["mutations"].setdefault(name, {})[key] = found[:3]
                 result["seconds"][f"cp{cp}"] = round(time.monotonic() - t1, 1)
                 dist.barrier()
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["seconds"]["total"] = round(time.monotonic() - t0, 1)
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -283,9 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the gather scratch in NCCL symmetric memory needs NCCL ranks; ours talk over gloo
         os.environ.setdefault("SGLANG_ENABLE_KV_SHARD_ZERO_SM_GATHER", "0")
     os.environ["CPKV_SHARED_KV"] = "1"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     opts = {
         "cps": args.cp,
         "device": args.device,

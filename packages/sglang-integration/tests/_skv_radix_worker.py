@@ -20,19 +20,16 @@ Environment as in ``_skv_backend_worker`` (set here): ``CPKV_SHARED_KV=1``,
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import socket
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from _gloo_rank import free_port, gloo_rank
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -192,15 +189,7 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> Non
     torch.set_num_threads(1)
     result: dict = {"rank": rank, "error": None, "failures": [], "runs": [], "mutations": {},
                     "originals_replaced": None, "seconds": {}}  # fmt: skip
-    t0 = time.monotonic()
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=600),
-        )
+    with gloo_rank(rank, world, port, out_dir, result, timeout_s=600):
         import _skv_backend_rank as rank_mod
         import _skv_backend_stand_ins as stand_ins
         import _skv_radix_cases as cases
@@ -232,13 +221,6 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> Non
                             result["mutations"].setdefault(name, {})[config.name] = found[:3]
                 result["seconds"][config.name] = round(time.monotonic() - t1, 1)
                 dist.barrier()
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["seconds"]["total"] = round(time.monotonic() - t0, 1)
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,9 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "1")
     os.environ.setdefault("SGLANG_DSA_FUSE_TOPK", "0")
     os.environ["CPKV_SHARED_KV"] = "1"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     opts = {"configs": args.configs, "mutations": not args.no_mutations}
     import torch.multiprocessing as mp
 

@@ -37,7 +37,6 @@ interpreter.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from pathlib import Path
 import _skv_backend_cases as cases
 import pytest
 import torch.distributed as dist
+from _gloo_rank import read_ranks
 from _skv_backend_rank import SKIP_TOPK
 from sglang_cpkv.plugin.table import SHARED_KV_SPECS
 
@@ -64,12 +64,7 @@ def ranks(tmp_path_factory) -> list[dict]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, str(WORKER), str(out), "--world", str(WORLD)],
                           env=env, capture_output=True, text=True, timeout=3000)  # fmt: skip
-    results = []
-    for rank in range(WORLD):
-        path = out / f"rank{rank}.json"
-        assert path.exists(), f"rank {rank} wrote nothing; worker stderr:\n{proc.stderr[-4000:]}"
-        results.append(json.loads(path.read_text()))
-    return results
+    return read_ranks(out, WORLD, proc)
 
 
 def _ranks_of(cp: int, ranks: list[dict]) -> list[dict]:

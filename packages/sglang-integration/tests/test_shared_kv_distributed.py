@@ -19,7 +19,6 @@ runner's cores.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from _gloo_rank import read_ranks
 from _skv_dist_worker import FP8_SHAPES
 from _skv_shapes import SHAPES
 
@@ -46,12 +46,7 @@ def ranks(tmp_path_factory) -> list[dict]:
         [sys.executable, str(WORKER), str(out)], env=env, capture_output=True, text=True,
         timeout=3000,
     )  # fmt: skip
-    results = []
-    for rank in range(4):
-        path = out / f"rank{rank}.json"
-        assert path.exists(), f"rank {rank} wrote nothing; worker stderr:\n{proc.stderr[-4000:]}"
-        results.append(json.loads(path.read_text()))
-    return results
+    return read_ranks(out, 4, proc)
 
 
 def test_ranks_ran_the_real_pools(ranks):

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from _gloo_rank import read_ranks
 
 WORKER = Path(__file__).parent / "_skv_dist_worker.py"
 RESULTS_ENV = "CPKV_MULTIGPU_RESULTS"
@@ -50,12 +51,7 @@ def run_ranks(out: Path, world: int, backend: str, args: list[str]) -> tuple[lis
     proc = subprocess.run(
         [*cmd, *args], env=env, capture_output=True, text=True, timeout=3000, check=False
     )
-    ranks = []
-    for rank in range(world):
-        path = out / f"rank{rank}.json"
-        assert path.exists(), f"rank {rank} wrote nothing; worker stderr:\n{proc.stderr[-4000:]}"
-        ranks.append(json.loads(path.read_text()))
-    return ranks, " ".join([WORKER.name, *cmd[3:], *args])
+    return read_ranks(out, world, proc), " ".join([WORKER.name, *cmd[3:], *args])
 
 
 def record(ranks: list[dict], command: str) -> dict:

@@ -18,7 +18,6 @@ About a minute and a half on two cores.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 import _skv_radix_cases as cases
 import pytest
 import torch.distributed as dist
+from _gloo_rank import read_ranks
 from sglang_cpkv.plugin.table import SHARED_KV_SPECS
 
 pytestmark = [
@@ -46,12 +46,7 @@ def ranks(tmp_path_factory) -> list[dict]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, str(WORKER), str(out)], env=env,
                           capture_output=True, text=True, timeout=1200)  # fmt: skip
-    results = []
-    for rank in range(WORLD):
-        path = out / f"rank{rank}.json"
-        assert path.exists(), f"rank {rank} wrote nothing; worker stderr:\n{proc.stderr[-4000:]}"
-        results.append(json.loads(path.read_text()))
-    return results
+    return read_ranks(out, WORLD, proc)
 
 
 def _runs(r: dict, config: str) -> list[dict]:
