@@ -187,9 +187,9 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                     "originals_replaced": None, "seconds": {}, "fused_vs_torch": {}}  # fmt: skip
     device = torch.device("cuda", 0) if opts["device"] == "cuda" else torch.device("cpu")
     t0 = time.monotonic()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     with gloo_rank(rank, world, port, out_dir, result, timeout_s=900):
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
         import _skv_backend_stand_ins as stand_ins
 
         result["stubbed"] = stand_ins.stub_missing_packages() if device.type == "cuda" else []
