@@ -43,7 +43,6 @@ import datetime
 import json
 import multiprocessing
 import os
-import socket
 import sys
 import traceback
 from dataclasses import asdict, dataclass
@@ -54,6 +53,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _gloo_rank import free_port
 from _skv_backend_stand_ins import GlooCommunicator
 from _skv_sglang_rows import sglang_kept_rows
 from _skv_shapes import SHAPES, Batch, P, forced_foreign_page, place
@@ -536,9 +536,7 @@ def main(argv: list[str] | None = None) -> None:
     if options.backend == "nccl":  # NVLink multicast off (SGLang's and torch's)
         for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
             os.environ.setdefault(var, "0" if var == "NCCL_NVLS_ENABLE" else "1")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(
         ["torch", "sglang.srt.mem_cache.page_interleave_pool", "sglang.srt.mem_cache.memory_pool"]
