@@ -67,6 +67,10 @@ CASES = {
     "8x8K fresh": (8, 0, 8192, False),
 }
 POOLS = ("sglang", "cpkv", "replica")
+#: SGLang's DSA prefill kernels this benchmark runs -> query heads per rank (0: GLM-5.1's 64, the
+#: real rank at TP = CP, attention TP 1). SGLang validated its Triton sparse MLA up to 32 heads;
+#: FlashMLA's sparse prefill takes 64 on Hopper (SGLang pads fewer up to 64).
+PREFILL_HEADS = {"triton_sparse_mla": 32, "flashmla_sparse": 0}
 FIXTURE = str(ROOT / "packages" / "sglang-integration" / "tests" / "fixtures" / "glm51_fp8")
 #: single-request chunks of a 128K prompt at CP 8 measured for the TTFT model: (prefix, chunk)
 TTFT_POINTS = {
@@ -299,8 +303,11 @@ def _refusal(dep: Any) -> str:
     return ""
 
 
-def measure_case(name: str, shape: tuple, cp: int, args: argparse.Namespace) -> list[dict]:
-    """Every row of one (case, CP size): three pools, rank 0 of ``cp`` modelled in one process."""
+def measure_case(
+    name: str, shape: tuple, cp: int, args: argparse.Namespace, prefill: str = "triton_sparse_mla"
+) -> list[dict]:
+    """Every row of one (case, CP size, prefill kernel): three pools, rank 0 of ``cp`` modelled
+    in one process."""
     import _skv_backend_rank as rank_mod
     from _skv_backend_model import Cache
     from sglang.srt.layers.radix_attention import RadixAttention
@@ -308,10 +315,9 @@ def measure_case(name: str, shape: tuple, cp: int, args: argparse.Namespace) -> 
 
     requests, prefix, extend, shared = shape
     device = torch.device(args.device)
-    # GLM-5.1 at TP = CP (one node), 32 of its 64 query heads per rank: SGLang's Triton sparse
-    # MLA (the one DSA prefill kernel the GPU box has) is validated up to 32 heads
+    # GLM-5.1 at TP = CP (one node), fp8 KV; the query heads per rank the kernel takes
     config = rank_mod.Config(
-        "triton_sparse_mla/fp8", "triton_sparse_mla", "fp8_e4m3", 2048, query_heads=32
+        f"{prefill}/fp8", prefill, "fp8_e4m3", 2048, query_heads=PREFILL_HEADS[prefill]
     )
     dep = rank_mod.Deployment(config, cp, 0, CopyGroup(cp, device), device, FIXTURE, (9, 0))
     total = (prefix if shared else requests * prefix) + requests * extend
@@ -329,7 +335,8 @@ def measure_case(name: str, shape: tuple, cp: int, args: argparse.Namespace) -> 
         pools, _ = _pools(dep, cp, total, requests, args.context_len, args.chunked)
         heads = dep.model_config.num_attention_heads // config.attn_tp
         layers = [RadixAttention(heads, 576, 576**-0.5, 1, lid, v_head_dim=512) for lid in (0, 1)]
-        case = {"case": name, "cp": cp, "ranks_modelled": f"rank 0 of {cp}"}
+        case = {"case": name, "cp": cp, "prefill": prefill, "query_heads": heads,
+                "ranks_modelled": f"rank 0 of {cp}"}  # fmt: skip
         refusal = _refusal(dep)
         for pool_name in POOLS:
             pool = pools.pop(pool_name)
@@ -495,11 +502,15 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
     Two bounds: the gather serial after the layer, and fully hidden behind it (the pool gathers
     one layer ahead on a side stream)."""
     out = []
-    for pool in ("cpkv", "replica"):
+    prefills = sorted({r.get("prefill") or "triton_sparse_mla" for r in rows}, key=str)
+    for prefill, pool in ((k, p) for k in prefills for p in ("cpkv", "replica")):
         pts = sorted(
             (TTFT_POINTS[r["case"]][0], r)
             for r in rows
-            if r["case"] in TTFT_POINTS and r["pool"] == pool and "layer_ms" in r
+            if r["case"] in TTFT_POINTS
+            and r["pool"] == pool
+            and (r.get("prefill") or "triton_sparse_mla") == prefill
+            and "layer_ms" in r
         )
         if len(pts) < 2:
             continue
@@ -532,6 +543,8 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
                 "case": f"TTFT {prompt // 1024}K prompt",
                 "cp": 8,
                 "pool": pool,
+                "prefill": prefill,
+                "query_heads": base.get("query_heads"),
                 "ttft_ms_gather_serial": serial,
                 "ttft_ms_gather_hidden": hidden,
                 "tokens_done": done,
@@ -554,6 +567,13 @@ def _cell(v: Any, fmt: str = "{:,.1f}") -> str:
     return "" if v is None else fmt.format(v)
 
 
+def _prefill(row: dict) -> str:
+    """The prefill kernel and the query heads per rank it ran with, e.g. ``triton_sparse_mla (32)``
+    (the capacity and plan columns do not depend on it)."""
+    heads = row.get("query_heads")
+    return f"{row.get('prefill', '')}" + (f" ({heads})" if heads else "")
+
+
 def sections(rows: list[dict]) -> dict[str, str]:
     import benchkit
 
@@ -562,6 +582,7 @@ def sections(rows: list[dict]) -> dict[str, str]:
         "case",
         "CP",
         "pool",
+        "prefill (heads)",
         "KV tokens / rank",
         "tokens cached",
         "scratch MiB",
@@ -580,6 +601,7 @@ def sections(rows: list[dict]) -> dict[str, str]:
             r["case"],
             r["cp"],
             r["pool"],
+            _prefill(r),
             f"{r['tokens_per_rank']:,}",
             f"{r['tokens_cached']:,}",
             _mib(r["scratch_bytes"]),
@@ -597,11 +619,18 @@ def sections(rows: list[dict]) -> dict[str, str]:
     ]
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     ttft_table = benchkit.markdown_table(
-        ["model", "pool", "TTFT ms, gather after each layer", "TTFT ms, gather hidden"],
+        [
+            "model",
+            "pool",
+            "prefill (heads)",
+            "TTFT ms, gather after each layer",
+            "TTFT ms, gather hidden",
+        ],
         [
             [
                 r["case"],
                 r["pool"],
+                _prefill(r),
                 f"{r['ttft_ms_gather_serial']:,.0f}",
                 f"{r['ttft_ms_gather_hidden']:,.0f}",
             ]
@@ -622,24 +651,29 @@ def figure(rows: list[dict]):
         ("layer_ms", "one DSA layer (gather = device copy)", "ms"),
     ):
         lines = []
-        for pool in POOLS:
-            for cp in sorted({r["cp"] for r in rows if r["case"] in CASES}):
-                pts = [
-                    (cases.index(r["case"]), r[metric])
-                    for r in rows
-                    if r["pool"] == pool
-                    and r["cp"] == cp
-                    and r["case"] in CASES
-                    and r.get(metric) is not None
-                ]
-                if pts:
-                    xs, ys = zip(*sorted(pts), strict=True)
-                    lines.append(benchkit.Line(f"{pool} cp{cp}", xs, ys))
+        # capacity and gathers do not depend on the prefill kernel: drawn once, from its first
+        kernels = sorted({r.get("prefill") for r in rows if r["case"] in CASES}, key=str)
+        for kernel in kernels if metric == "layer_ms" else kernels[:1]:
+            for pool in POOLS:
+                for cp in sorted({r["cp"] for r in rows if r["case"] in CASES}):
+                    pts = [
+                        (cases.index(r["case"]), r[metric])
+                        for r in rows
+                        if r["pool"] == pool
+                        and r["cp"] == cp
+                        and r.get("prefill") == kernel
+                        and r["case"] in CASES
+                        and r.get(metric) is not None
+                    ]
+                    if pts:
+                        xs, ys = zip(*sorted(pts), strict=True)
+                        label = f"{pool} cp{cp}" + (f" {kernel}" if metric == "layer_ms" else "")
+                        lines.append(benchkit.Line(label, xs, ys))
         panels.append(benchkit.Panel(title, "case", unit, lines, xticks=cases))
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     if ttft:
         lines = [
-            benchkit.Line(r["pool"], [t / 1024 for t in r["tokens_done"]],
+            benchkit.Line(f"{r['pool']} {_prefill(r)}", [t / 1024 for t in r["tokens_done"]],
                           [ms / 1e3 for ms in r["cumulative_ms_serial"]])
             for r in ttft if "tokens_done" in r
         ]  # fmt: skip
@@ -652,7 +686,7 @@ def figure(rows: list[dict]):
     )
 
 
-REPORT_KEY = ("op", "case", "cp", "pool")
+REPORT_KEY = ("op", "case", "cp", "pool", "prefill")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -682,6 +716,14 @@ def main(argv: list[str] | None = None) -> int:
         default=450.0,
         help="all-gather bandwidth of the model column, GB/s per GPU (default: "
         "H200 NVLink 4, 900 GB/s bidirectional, half each way)",
+    )
+    ap.add_argument(
+        "--prefill-backends",
+        nargs="+",
+        default=["triton_sparse_mla"],
+        choices=list(PREFILL_HEADS),
+        help="SGLang DSA prefill kernels whose layer times are measured, each with every case "
+        "(flashmla_sparse needs the sgl-flash-mla wheel; default: triton_sparse_mla)",
     )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-layer", dest="layer", action="store_false", help="skip layer times")
@@ -729,13 +771,15 @@ def main(argv: list[str] | None = None) -> int:
         todo = [(c, CASES[c], cp) for c in args.cases for cp in args.cp]
         if args.ttft:
             todo += [(c, (1, p, e, True), 8) for c, (p, e) in TTFT_POINTS.items()]
-        for i, (name, shape, cp) in enumerate(todo):
+        todo = [(*t, k) for k in args.prefill_backends for t in todo]
+        for i, (name, shape, cp, prefill) in enumerate(todo):
             t0 = time.monotonic()
             rows += [
                 {**env, **r, "op": "shared-kv-vs-upstream"}
-                for r in measure_case(name, scaled(shape), cp, args)
+                for r in measure_case(name, scaled(shape), cp, args, prefill)
             ]
-            print(f"[{i + 1}/{len(todo)}] {name} cp{cp}: {time.monotonic() - t0:.1f} s", flush=True)
+            print(f"[{i + 1}/{len(todo)}] {name} cp{cp} {prefill}: "
+                  f"{time.monotonic() - t0:.1f} s", flush=True)  # fmt: skip
     rows += ttft_model(rows)
     all_rows = report.publish(rows, args.out, md=args.md)
     print(benchkit.text_table(*_text(all_rows)))
@@ -743,12 +787,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _text(rows: list[dict]):
-    header = ["case", "cp", "pool", "tokens cached", "gather MiB/layer", "plan us", "layer ms"]
+    header = ["case", "cp", "pool", "prefill", "tokens cached", "gather MiB/layer", "plan us",
+              "layer ms"]  # fmt: skip
     body = [
         [
             r["case"],
             r.get("cp"),
             r["pool"],
+            _prefill(r),
             r.get("tokens_cached", ""),
             _mib(r.get("gather_received_bytes")),
             _cell(r.get("plan_host_us"), "{:,.0f}"),
