@@ -502,14 +502,14 @@ def ttft_model(rows: list[dict], prompt: int = 131072, chunk: int = 16384) -> li
     Two bounds: the gather serial after the layer, and fully hidden behind it (the pool gathers
     one layer ahead on a side stream)."""
     out = []
-    prefills = sorted({r.get("prefill") or "triton_sparse_mla" for r in rows}, key=str)
+    prefills = sorted({r["prefill"] for r in rows if r["case"] in TTFT_POINTS})
     for prefill, pool in ((k, p) for k in prefills for p in ("cpkv", "replica")):
         pts = sorted(
             (TTFT_POINTS[r["case"]][0], r)
             for r in rows
             if r["case"] in TTFT_POINTS
             and r["pool"] == pool
-            and (r.get("prefill") or "triton_sparse_mla") == prefill
+            and r["prefill"] == prefill
             and "layer_ms" in r
         )
         if len(pts) < 2:
