@@ -10,7 +10,9 @@ are exactly the ones the shim forwards, and says so: a new wheel or another torc
 more symbol is refused by name, never loaded to crash later.
 
 Usage: ``python3 scripts/serve/abi_shim.py SITE OUT.so`` prints one line of what it decided; the
-last line of stdout is the library to put in ``LD_PRELOAD`` (empty when torch matches the pin).
+last line of stdout is the library to put in ``LD_PRELOAD`` (empty when torch matches the pin):
+not the shim itself but ``abi_shim_loader.c``, built beside it, which loads it into Python
+processes only, so the compilers SGLang's JIT paths start do not each load libtorch.
 Exit 2 with one line on stderr when the missing symbols are not the forwarded ones.
 """
 
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("abi_shim.cpp")
+LOADER = Path(__file__).with_name("abi_shim_loader.c")
 WHEEL_LIBS = ("sgl_kernel", "deep_gemm")  # the packages under SITE whose .so files are checked
 
 # A symbol of torch's own namespaces (c10, at, torch, caffe2), functions and vtables alike.
@@ -79,6 +82,18 @@ def box_dispatch_keys(torch_include: Path, work: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
 
 
+def build_loader(shim: Path, flags: str | None = None) -> Path:
+    """``abi_shim_loader.c`` built beside ``shim`` (which it loads, by file name); ``flags``
+    overrides its dlopen flags (tests plant RTLD_LOCAL)."""
+    loader = shim.with_name(shim.stem + "_loader.so")
+    defines = [f'-DSHIM_NAME="{shim.name}"'] + ([f"-DSHIM_DLOPEN_FLAGS=({flags})"] if flags else [])
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", *defines, str(LOADER), "-o", str(loader), "-ldl"],
+        check=True,
+    )
+    return loader
+
+
 def main(site: Path, out: Path) -> int:
     import torch
 
@@ -123,12 +138,14 @@ def main(site: Path, out: Path) -> int:
     )  # fmt: skip
     built = _nm([out], "--defined-only")
     assert forwarded <= built, f"the shim lacks {sorted(forwarded - built)}"
+    loader = build_loader(out)
     print(
         f"abi shim: torch {box} here, {pin} pinned; the {len(libs)} kernel libraries miss exactly "
         f"the {len(forwarded)} symbols the shim forwards: {', '.join(sorted(forwarded))}; "
-        f"dispatch keys of this torch are 2.11's ({keys}), translated from the wheels' 2.13 ones"
+        f"dispatch keys of this torch are 2.11's ({keys}), translated from the wheels' 2.13 ones;"
+        f" {loader.name} loads it into Python processes only"
     )
-    print(out)
+    print(loader)
     return 0
 
 

@@ -93,6 +93,23 @@ def hook_records(record_dir: Path) -> list[dict]:
     return [r for r in rows if r.get("process") != "launcher"]
 
 
+def say(name: str, what: str) -> None:
+    """One progress line (the step's log is all a timed-out device call brings back)."""
+    print(f"serve-suite: {name}: {what}", flush=True)
+
+
+_LATE_COMPILE = re.compile(
+    r"Triton kernel '([^']+)' took ([\d.]+) s to compile after serving started"
+)
+
+
+def late_compiles(log: Path) -> list[list]:
+    """``[kernel, seconds]`` for each Triton kernel SGLang reports compiling after the server was
+    ready (its ``triton_load_watch``, 0.5.20 on): what a cold box's first requests wait on."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [[k, float(s)] for k, s in _LATE_COMPILE.findall(text)]
+
+
 def validate(url: str, report: Path) -> tuple[int, str]:
     """``cpkv-validate --url``: its exit status (0 pass, 1 contamination, 2 no evidence or an
     unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s."""
@@ -113,18 +130,35 @@ def check_config(
     command: list[str] = CPKV_SERVE,
     timed: bool = True,
     ready_timeout: float = 480.0,
+    row: dict | None = None,
 ) -> dict:
     """One served configuration: hooks in the live processes, requests, the harness (and the
-    numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``)."""
+    numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``).
+
+    ``row`` (the caller's, so that what was seen survives a SIGTERM mid-way) gathers the evidence;
+    its ``phase`` says what was under way, and each phase is printed as it ends."""
     record_dir = Path(tempfile.mkdtemp(prefix=f"hooks-{name}-"))
     env = {**env, "CPKV_HOOKS_RECORD_DIR": str(record_dir)}
-    row: dict = {"config": name, "args": argv, "env": sorted(env)}
+    row = {"config": name} if row is None else row
+    row.update(args=argv, env=sorted(env), phase="start-up")
+    log_dir = out / "logs"
+    t = time.perf_counter()
+
+    def done(what: str) -> None:
+        nonlocal t
+        say(name, f"{what} ({time.perf_counter() - t:.0f} s)")
+        t = time.perf_counter()
+
     try:
         with launch(
-            name, command, argv, log_dir=out / "logs", env=env, ready_timeout=ready_timeout
+            name, command, argv, log_dir=log_dir, env=env, ready_timeout=ready_timeout
         ) as srv:
             row["ready_s"] = round(srv.ready_s, 1)
+            done("ready")
+            row["phase"] = "first /generate (a cold box compiles its kernels here)"
             gen = generate(srv, "The quick brown fox jumps over", 12)
+            done("/generate answered")
+            row["phase"] = "/v1/completions"
             comp = post(
                 srv.url + "/v1/completions",
                 {"model": "m", "prompt": "abc abc abc", "max_tokens": 8, "temperature": 0},
@@ -132,23 +166,34 @@ def check_config(
             row["generate"] = gen.get("text", "")
             row["completions"] = comp["choices"][0]["text"]
             row["requests_ok"] = bool(row["generate"]) and bool(row["completions"])
+            done("/v1/completions answered")
+            row["phase"] = "cpkv-validate --url"
             code, tail = validate(srv.url, out / f"validate-{name}.json")
             row["validate_exit"], row["validate_tail"] = code, tail
+            done(f"cpkv-validate exit {code}")
             if timed and name in TIMED:
                 import random
 
+                row["phase"] = "timing (bench_serve.measure)"
                 bench = out / "serve-bench.json"
                 rows = json.loads(bench.read_text()) if bench.exists() else []
                 rows += [{"server": TIMED[name], **r} for r in measure(srv, 2, random.Random(0))]
                 bench.write_text(json.dumps(rows, indent=1) + "\n")
+                done("timed")
             records = hook_records(record_dir)
             log = srv.log_text()
     except ServerDied as exc:
-        row.update(error=str(exc), ok=False)
+        row.update(error=str(exc), ok=False, late_compiles=late_compiles(log_dir / f"{name}.log"))
         return row
     except Exception as exc:  # an HTTP error, a malformed answer: this configuration fails
-        row.update(error=f"{type(exc).__name__}: {exc}", ok=False)
+        row.update(
+            error=f"{type(exc).__name__}: {exc}",
+            ok=False,
+            late_compiles=late_compiles(log_dir / f"{name}.log"),
+        )
         return row
+    row["phase"] = "done"
+    row["late_compiles"] = late_compiles(log_dir / f"{name}.log")
     want = set(always_on_hooks())
     row["hook_records"] = [
         {k: r.get(k) for k in ("pid", "process", "sglang", "applied", "not_applied")}
@@ -205,6 +250,17 @@ def check_refusals(base: list[str], out: Path) -> list[dict]:
     return rows
 
 
+def first_line(text: str | None) -> str:
+    return text.splitlines()[0][:160] if text else ""
+
+
+def compiled(row: dict) -> str:
+    """The late Triton compiles of a row, summed (empty when SGLang reported none)."""
+    late = row.get("late_compiles") or []
+    total = sum(s for _, s in late)
+    return f"{len(late)} Triton kernel(s) compiled after ready, {total:.0f} s" if late else ""
+
+
 def suite_table(rows: list[dict]) -> str:
     """The suite as a markdown table: one row per check, with the evidence a reader asks for."""
     lines = [
@@ -222,14 +278,48 @@ def suite_table(rows: list[dict]) -> str:
                 ("all" if r.get("hooks_ok") else "no") + f" ({len(procs)} process(es))",
                 "ok" if r.get("requests_ok") else "no",
                 str(r.get("validate_exit", "—")),
-                (r.get("error") or "").splitlines()[0][:160] if r.get("error") else "",
+                "; ".join(filter(None, [first_line(r.get("error")), compiled(r)])),
             ]
         verdict = "PASS" if r.get("ok") else "FAIL"
         lines.append(f"| {r['config']} | {verdict} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def run_check(name: str, row: dict, args: argparse.Namespace, base: list[str], dummy: bool):
+    """The rows one entry of ``--only`` gives (the refusals give two), with their verdicts."""
+    if name == "refusals":
+        return check_refusals(base_args(args.model, args.tp, 1, dummy), args.out)
+    if name == "plain":
+        check_config(
+            name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing,
+            args.ready_timeout, row,
+        )  # fmt: skip
+        row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
+        return [row]
+    if name == "planted-fault":
+        check_config(
+            name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout,
+            row=row,
+        )  # fmt: skip
+        row["ok"] = row.get("validate_exit") == 1  # contamination must be found
+        return [row]
+    extra, env, _ = CONFIGS[name]
+    check_config(
+        name, [*base, *extra], env, args.out, timed=not args.no_timing,
+        ready_timeout=args.ready_timeout, row=row,
+    )  # fmt: skip
+    passed = row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
+    row.setdefault("ok", passed)
+    return [row]
+
+
+def write_results(out: Path, rows: list[dict]) -> None:
+    """``serve-suite.json`` and ``serve-suite.md``, rewritten after every configuration."""
+    (out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "serve-suite.md").write_text(suite_table(rows))
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--model", type=Path, help="checkpoint folder (default: the tiny GLM-5.1 one)")
@@ -246,7 +336,7 @@ def main() -> int:
     p.add_argument(
         "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     unknown = set(args.only or []) - set(ORDER)
     if unknown:
         p.error(f"unknown --only {sorted(unknown)}; choose from {ORDER}")
@@ -261,43 +351,30 @@ def main() -> int:
         args.model = write_tiny_checkpoint(folder, weights=not dummy)
     base = base_args(args.model, args.tp, args.attn_cp_size, dummy)
     names = args.only or ORDER
-    rows = []
+    rows: list[dict] = []
     for name in names:
         t0 = time.perf_counter()
-        if name == "refusals":
-            rows += check_refusals(base_args(args.model, args.tp, 1, dummy), args.out)
-        elif name == "plain":
-            row = check_config(
-                name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing,
-                args.ready_timeout,
-            )  # fmt: skip
-            row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
-            rows.append(row)
-        elif name == "planted-fault":
-            row = check_config(
-                name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout
+        row: dict = {"config": name}
+        say(name, "starting")
+        try:
+            new = run_check(name, row, args, base, dummy)
+        except SystemExit:
+            # the step's time limit (SIGTERM): keep what this configuration showed, say where
+            row.update(
+                ok=False,
+                error=f"stopped by SIGTERM during {row.get('phase', 'start-up')}"
+                f" after {time.perf_counter() - t0:.0f} s",
+                late_compiles=late_compiles(args.out / "logs" / f"{name}.log"),
             )
-            row["ok"] = row.get("validate_exit") == 1  # contamination must be found
-            rows.append(row)
-        else:
-            extra, env, _ = CONFIGS[name]
-            row = check_config(
-                name, [*base, *extra], env, args.out, timed=not args.no_timing,
-                ready_timeout=args.ready_timeout,
-            )  # fmt: skip
-            passed = (
-                row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
-            )
-            row.setdefault("ok", passed)
-            rows.append(row)
-        r = rows[-1]
-        verdict = "PASS" if r.get("ok") else "FAIL"
-        took = time.perf_counter() - t0
-        print(
-            f"serve-suite: {name}: {verdict} ({took:.0f} s) {r.get('error', '')[:300]}", flush=True
-        )
-        (args.out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
-        (args.out / "serve-suite.md").write_text(suite_table(rows))
+            write_results(args.out, [*rows, row])
+            say(name, f"FAIL {row['error']}")
+            raise
+        rows += new
+        for r in new:
+            verdict = "PASS" if r.get("ok") else "FAIL"
+            took = time.perf_counter() - t0
+            say(r["config"], f"{verdict} ({took:.0f} s) {r.get('error', '')[:300]}")
+        write_results(args.out, rows)
     return 0 if all(r.get("ok") for r in rows) else 1
 
 
