@@ -12,12 +12,15 @@ more symbol is refused by name, never loaded to crash later.
 Usage: ``python3 scripts/serve/abi_shim.py SITE OUT.so`` prints one line of what it decided; the
 last line of stdout is the library to put in ``LD_PRELOAD`` (empty when torch matches the pin):
 not the shim itself but ``abi_shim_loader.c``, built beside it, which loads it into Python
-processes only, so the compilers SGLang's JIT paths start do not each load libtorch.
+processes only, so the compilers SGLang's JIT paths start do not each load libtorch. A fresh
+Python process first checks, through the loader, that the wheels' FlashMLA op has its CUDA kernel;
+if it has not, the shim is preloaded itself, as before, and the line says so.
 Exit 2 with one line on stderr when the missing symbols are not the forwarded ones.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -94,6 +97,46 @@ def build_loader(shim: Path, flags: str | None = None) -> Path:
     return loader
 
 
+#: (module, op): an op the wheels register for CUDA; under an untranslated dispatch key it lands
+#: on CPU and SGLang's first sparse prefill fails
+CUDA_PROBE = ("sgl_kernel.flashmla_ops", "sgl_kernel::sparse_prefill_fwd")
+
+
+def registers_for_cuda(
+    preload: Path, site: Path, probe: tuple[str, str] = CUDA_PROBE
+) -> tuple[bool, str]:
+    """Whether, with ``preload`` in ``LD_PRELOAD``, importing ``probe``'s module from ``site``
+    gives its op a CUDA kernel (a fresh Python process, as SGLang's are); and the last line said."""
+    module, op = probe
+    code = (
+        f"import importlib, torch; importlib.import_module({module!r}); "
+        f"print('cuda kernel:', torch._C._dispatch_has_kernel_for_dispatch_key({op!r}, 'CUDA'))"
+    )
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "LD_PRELOAD": str(preload), "PYTHONPATH": path}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return proc.returncode == 0 and lines[-1:] == ["cuda kernel: True"], (lines or [""])[-1]
+
+
+def choose_preload(loader: Path, shim: Path, check) -> tuple[Path | None, str]:
+    """The loader when ``check`` (:func:`registers_for_cuda` bound to the site) passes through
+    it; else the shim itself, preloaded as before (every process then loads libtorch, compilers
+    included); ``None`` when neither registers the wheels' CUDA kernels. With what was seen."""
+    ok, said = check(loader)
+    if ok:
+        return loader, f"through {loader.name}, {CUDA_PROBE[1]} has its CUDA kernel"
+    ok_shim, said_shim = check(shim)
+    if ok_shim:
+        return shim, (
+            f"through {loader.name} {CUDA_PROBE[1]} had no CUDA kernel ({said}); the shim is "
+            f"preloaded itself, so every process, each compiler included, loads libtorch"
+        )
+    return None, f"neither the loader ({said}) nor the shim ({said_shim}) registers it for CUDA"
+
+
 def main(site: Path, out: Path) -> int:
     import torch
 
@@ -138,14 +181,19 @@ def main(site: Path, out: Path) -> int:
     )  # fmt: skip
     built = _nm([out], "--defined-only")
     assert forwarded <= built, f"the shim lacks {sorted(forwarded - built)}"
-    loader = build_loader(out)
+    preload, seen = choose_preload(
+        build_loader(out), out, lambda lib: registers_for_cuda(lib, site)
+    )
+    if preload is None:
+        print(f"abi_shim: {seen}", file=sys.stderr)
+        return 2
     print(
         f"abi shim: torch {box} here, {pin} pinned; the {len(libs)} kernel libraries miss exactly "
         f"the {len(forwarded)} symbols the shim forwards: {', '.join(sorted(forwarded))}; "
         f"dispatch keys of this torch are 2.11's ({keys}), translated from the wheels' 2.13 ones;"
-        f" {loader.name} loads it into Python processes only"
+        f" {seen}"
     )
-    print(loader)
+    print(preload)
     return 0
 
 

@@ -6,7 +6,9 @@ take its place with the same structure: ``libreal`` stands for libtorch (it defi
 the shim needs ``libreal`` and defines the same function, reaching the original through
 ``dlsym(RTLD_NEXT)``, and ``libext`` stands for a kernel wheel: it needs ``libreal`` and is loaded
 later, with ``RTLD_LOCAL``, the way Python loads an extension module. The loader is built by
-``abi_shim.build_loader``, as on the box.
+``abi_shim.build_loader``, as on the box. The box's check that the wheels' FlashMLA op gets its CUDA
+kernel through the loader runs here on a torch op, and the fallback to preloading the shim itself
+is driven by given check results (the wheel cannot load without a GPU).
 """
 
 from __future__ import annotations
@@ -115,3 +117,35 @@ def test_the_loader_names_the_shim_it_was_built_beside(tmp_path):
         env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert str(shim) in maps
+
+
+def test_the_cuda_probe_runs_a_fresh_python_with_the_preload(libs, tmp_path):
+    """The box probes sgl_kernel's FlashMLA op; here a torch op with a CUDA kernel registered (the
+    locked torch is a CUDA build) and one that does not exist stand in for it."""
+    ok, said = abi_shim.registers_for_cuda(libs["loader"], tmp_path, ("json", "aten::add.Tensor"))
+    assert ok and said == "cuda kernel: True"
+    ok, said = abi_shim.registers_for_cuda(libs["loader"], tmp_path, ("json", "cpkv_missing::op"))
+    assert not ok and "does not exist" in said
+    ok, said = abi_shim.registers_for_cuda(libs["loader"], tmp_path, ("cpkv_absent", "aten::add"))
+    assert not ok and "ModuleNotFoundError" in said
+
+
+def test_the_loader_is_chosen_when_the_wheels_register_for_cuda_through_it(tmp_path):
+    loader, shim = tmp_path / "libcpkv_abi_shim_loader.so", tmp_path / "libcpkv_abi_shim.so"
+    seen = []
+
+    def check(lib):
+        seen.append(lib)
+        return True, "cuda kernel: True"
+
+    assert abi_shim.choose_preload(loader, shim, check)[0] == loader and seen == [loader]
+
+
+def test_the_shim_itself_is_preloaded_when_the_loader_falls_short(tmp_path):
+    loader, shim = tmp_path / "libcpkv_abi_shim_loader.so", tmp_path / "libcpkv_abi_shim.so"
+    results = {loader: (False, "cuda kernel: False"), shim: (True, "cuda kernel: True")}
+    chosen, line = abi_shim.choose_preload(loader, shim, results.__getitem__)
+    assert chosen == shim and "(cuda kernel: False)" in line and "loads libtorch" in line
+    results[shim] = (False, "cuda kernel: False")
+    chosen, line = abi_shim.choose_preload(loader, shim, results.__getitem__)
+    assert chosen is None and line.startswith("neither the loader")
