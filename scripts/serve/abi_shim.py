@@ -117,8 +117,11 @@ def registers_for_cuda(
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
     )
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    return proc.returncode == 0 and lines[-1:] == ["cuda kernel: True"], (lines or [""])[-1]
+    # the verdict is stdout's last line; a warning on stderr (torch's, the wheel's) is no failure
+    verdict = proc.stdout.strip().splitlines()[-1:]
+    if proc.returncode == 0 and verdict:
+        return verdict == ["cuda kernel: True"], verdict[0]
+    return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
 
 
 def choose_preload(loader: Path, shim: Path, check) -> tuple[Path | None, str]:

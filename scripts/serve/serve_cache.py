@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -53,7 +55,7 @@ def prune_triton_ir(triton_dir: Path) -> tuple[int, int]:
         keep = {}
         for name, path in children.items():
             if name.endswith(IR_SUFFIXES):
-                p = Path(path)
+                p = grp.parent / Path(path).name  # this folder's file, also in a copied cache
                 if p.exists():
                     freed += p.stat().st_size
                     p.unlink()
@@ -120,6 +122,13 @@ def pack(src: Path, dest: Path, leave_out: set[str]) -> int:
     return dest.stat().st_size
 
 
+def install(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` whole or not at all."""
+    part = dest.with_name(f".{dest.name}.part")
+    shutil.copyfile(src, part)
+    os.replace(part, dest)
+
+
 def keep(pack_file: Path, repo: Path, budget: int | None = None) -> str:
     """Install ``pack_file`` as ``repo/.serve-cache/serve-cache.tar.xz`` within ``budget`` bytes
     (default: what a call may carry beside the rest); returns what was done, in one line."""
@@ -128,25 +137,32 @@ def keep(pack_file: Path, repo: Path, budget: int | None = None) -> str:
     dest_dir = repo / ".serve-cache"
     dest_dir.mkdir(exist_ok=True)
     dest = dest_dir / "serve-cache.tar.xz"
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+    left_out: set[str] = set()
+    size = pack_file.stat().st_size
+    if size <= budget:  # as it came: no repacking
         with tarfile.open(pack_file) as tar:
-            tar.extractall(root, filter="data")
-        left_out: set[str] = set()
-        present = {p.name for p in root.iterdir() if p.is_dir()}
-        size = pack(root, dest, left_out)
-        for name in DROP_ORDER:
-            if size <= budget:
-                break
-            if name in present:
-                left_out.add(name)
-                size = pack(root, dest, left_out)
-    if size > budget:
-        dest.unlink()
-        raise SystemExit(
-            f"serve_cache: even without {sorted(left_out)} the pack is {size >> 10} KiB,"
-            f" over the {max(budget, 0) >> 10} KiB a call has left"
-        )
+            tar.getmembers()  # reads it whole: a cut-off pack fails here, before dest is touched
+        install(pack_file, dest)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "cache"
+            with tarfile.open(pack_file) as tar:
+                tar.extractall(root, filter="data")
+            trial = Path(tmp) / "trial.tar.xz"
+            present = {p.name for p in root.iterdir() if p.is_dir()}
+            size = pack(root, trial, left_out)
+            for name in DROP_ORDER:
+                if size <= budget:
+                    break
+                if name in present:
+                    left_out.add(name)
+                    size = pack(root, trial, left_out)
+            if size > budget:  # the pack kept from an earlier call stays as it was
+                raise SystemExit(
+                    f"serve_cache: even without {sorted(left_out)} the pack is {size >> 10} KiB,"
+                    f" over the {max(budget, 0) >> 10} KiB a call has left"
+                )
+            install(trial, dest)
     dropped = f", left out {sorted(left_out)}" if left_out else ""
     where = dest.relative_to(repo)
     return f"serve_cache: {where} {size >> 10} KiB (budget {budget >> 10} KiB){dropped}"
@@ -180,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             f"serve_cache: git ls-files failed in {args.repo}: not a git checkout?", file=sys.stderr
         )
         return 2
-    except (OSError, tarfile.TarError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, lzma.LZMAError, tarfile.TarError, json.JSONDecodeError) as exc:
         first = (str(exc).splitlines() or [""])[0]  # tarfile's own message runs to several lines
         print(f"serve_cache: {type(exc).__name__}: {first}", file=sys.stderr)
         return 2

@@ -128,6 +128,12 @@ def test_the_cuda_probe_runs_a_fresh_python_with_the_preload(libs, tmp_path):
     assert not ok and "does not exist" in said
     ok, said = abi_shim.registers_for_cuda(libs["loader"], tmp_path, ("cpkv_absent", "aten::add"))
     assert not ok and "ModuleNotFoundError" in said
+    # a module that warns on import, as torch's and the wheels' do, is no failure
+    (tmp_path / "cpkv_noisy.py").write_text("import sys\nprint('a warning', file=sys.stderr)\n")
+    ok, said = abi_shim.registers_for_cuda(
+        libs["loader"], tmp_path, ("cpkv_noisy", "aten::add.Tensor")
+    )
+    assert ok and said == "cuda kernel: True"
 
 
 def test_the_loader_is_chosen_when_the_wheels_register_for_cuda_through_it(tmp_path):

@@ -100,7 +100,6 @@ def make_pack(tmp_path: Path, sizes: dict[str, int]) -> Path:
     for name, size in sizes.items():
         (src / name).mkdir(parents=True)
         (src / name / "blob").write_bytes(os.urandom(size))
-    (src / ".restored").touch()
     pack = tmp_path / "serve-cache.tar.xz"
     with tarfile.open(pack, "w:xz") as tar:
         for top in src.iterdir():
@@ -133,13 +132,47 @@ def test_keep_drops_the_least_useful_subsystems_first(tmp_path):
     assert "left out ['inductor', 'nv']" in line
 
 
-def test_keep_refuses_when_even_triton_alone_does_not_fit(tmp_path):
-    pack = make_pack(tmp_path, {"triton": 100_000})
+def test_keep_refuses_when_even_triton_alone_does_not_fit_and_keeps_the_earlier_pack(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
+    earlier = make_pack(tmp_path / "earlier", {"triton": 1000})
+    serve_cache.keep(earlier, repo, budget=1 << 20)
+    kept = repo / ".serve-cache" / "serve-cache.tar.xz"
+    before = kept.read_bytes()
+    pack = make_pack(tmp_path, {"triton": 100_000})
     with pytest.raises(SystemExit, match="over the 48 KiB a call has left"):
         serve_cache.keep(pack, repo, budget=48 << 10)
-    assert not (repo / ".serve-cache" / "serve-cache.tar.xz").exists()
+    assert kept.read_bytes() == before
+
+
+def test_a_cut_off_pack_is_one_line_and_leaves_the_earlier_pack(tmp_path, capsys):
+    """What a call stopped mid-xz brings back."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    earlier = make_pack(tmp_path / "earlier", {"triton": 1000})
+    serve_cache.keep(earlier, repo, budget=1 << 20)
+    kept = repo / ".serve-cache" / "serve-cache.tar.xz"
+    before = kept.read_bytes()
+    whole = make_pack(tmp_path, {"triton": 50_000})
+    cut = tmp_path / "cut.tar.xz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert serve_cache.main(["keep", str(cut), "--repo", str(repo)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("serve_cache: ")
+    assert kept.read_bytes() == before
+
+
+def test_pruning_a_copied_cache_leaves_the_original_alone(triton_dir, tmp_path):
+    """The groups record absolute paths; pruning the copy must touch only the copy."""
+    import shutil
+
+    copy = tmp_path / "copy" / "triton"
+    shutil.copytree(triton_dir, copy)
+    serve_cache.prune_triton_ir(copy)
+    assert lookup("a" * 20, "alloc_extend_kernel") is not None
+    assert len(lookup("a" * 20, "alloc_extend_kernel")) == len(STAGES) + 1
+    assert not list(copy.rglob("*.ptx"))
 
 
 def test_travelling_bytes_counts_what_a_call_sends(tmp_path):

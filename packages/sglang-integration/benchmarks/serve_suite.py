@@ -29,6 +29,7 @@ server logs under ``DIR/logs/``. Exit 0 when every check passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -131,12 +133,13 @@ def check_config(
     timed: bool = True,
     ready_timeout: float = 480.0,
     row: dict | None = None,
+    save: Callable[[], None] = lambda: None,
 ) -> dict:
     """One served configuration: hooks in the live processes, requests, the harness (and the
     numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``).
 
     ``row`` (the caller's, so that what was seen survives a SIGTERM mid-way) gathers the evidence;
-    its ``phase`` says what was under way, and each phase is printed as it ends."""
+    its ``phase`` says what was under way; each phase is printed as it ends, then ``save`` runs."""
     record_dir = Path(tempfile.mkdtemp(prefix=f"hooks-{name}-"))
     env = {**env, "CPKV_HOOKS_RECORD_DIR": str(record_dir)}
     row = {"config": name} if row is None else row
@@ -147,6 +150,7 @@ def check_config(
     def done(what: str) -> None:
         nonlocal t
         say(name, f"{what} ({time.perf_counter() - t:.0f} s)")
+        save()
         t = time.perf_counter()
 
     try:
@@ -217,10 +221,11 @@ REFUSALS = {
 }
 
 
-def check_refusals(base: list[str], out: Path) -> list[dict]:
+def check_refusals(base: list[str], out: Path, rows: list[dict] | None = None) -> list[dict]:
     """The planted hook failure and the CP-1 refusal: each must stop start-up, before any weight
-    loads, with its own exit status and one line saying why. ``base`` is built at CP size 1."""
-    rows = []
+    loads, with its own exit status and one line saying why. ``base`` is built at CP size 1.
+    Each row goes into ``rows`` (the caller's, kept if a SIGTERM stops the next) as it ends."""
+    rows = [] if rows is None else rows
     for name, (extra, env, code, phrase) in REFUSALS.items():
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -233,6 +238,9 @@ def check_refusals(base: list[str], out: Path) -> list[dict]:
         except subprocess.TimeoutExpired:
             stop(proc)  # it started serving: the whole process group goes
             stdout, stderr = proc.communicate()
+        except BaseException:  # SIGTERM: its own session misses the group signal, so stop it here
+            stop(proc)
+            raise
         (out / "logs" / f"{name}.log").write_text(stdout + stderr)
         lines = [ln for ln in stderr.splitlines() if "cpkv" in ln.lower()]
         line = lines[-1] if lines else stderr.strip()[-300:]
@@ -285,36 +293,48 @@ def suite_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_check(name: str, row: dict, args: argparse.Namespace, base: list[str], dummy: bool):
-    """The rows one entry of ``--only`` gives (the refusals give two), with their verdicts."""
+def run_check(
+    name: str,
+    row: dict,
+    args: argparse.Namespace,
+    base: list[str],
+    dummy: bool,
+    save: Callable[[], None] = lambda: None,
+    finished: list[dict] | None = None,
+) -> list[dict]:
+    """The rows one entry of ``--only`` gives (the refusals give two, into ``finished`` as each
+    ends), with their verdicts; ``save`` writes what is known so far (see :func:`check_config`)."""
     if name == "refusals":
-        return check_refusals(base_args(args.model, args.tp, 1, dummy), args.out)
+        return check_refusals(base_args(args.model, args.tp, 1, dummy), args.out, finished)
     if name == "plain":
         check_config(
             name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing,
-            args.ready_timeout, row,
+            args.ready_timeout, row, save,
         )  # fmt: skip
         row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
         return [row]
     if name == "planted-fault":
         check_config(
             name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout,
-            row=row,
+            row=row, save=save,
         )  # fmt: skip
         row["ok"] = row.get("validate_exit") == 1  # contamination must be found
         return [row]
     extra, env, _ = CONFIGS[name]
     check_config(
         name, [*base, *extra], env, args.out, timed=not args.no_timing,
-        ready_timeout=args.ready_timeout, row=row,
+        ready_timeout=args.ready_timeout, row=row, save=save,
     )  # fmt: skip
     passed = row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
     row.setdefault("ok", passed)
     return [row]
 
 
-def write_results(out: Path, rows: list[dict]) -> None:
-    """``serve-suite.json`` and ``serve-suite.md``, rewritten after every configuration."""
+def write_results(out: Path, rows: list[dict], *partial: list[dict] | dict) -> None:
+    """``serve-suite.json`` and ``serve-suite.md``: the finished rows, then the configuration
+    under way (``partial``: its rows so far, its row), rewritten at every phase's end."""
+    for part in partial:
+        rows = [*rows, *(part if isinstance(part, list) else [part])]
     (out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
     (out / "serve-suite.md").write_text(suite_table(rows))
 
@@ -340,8 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.only or []) - set(ORDER)
     if unknown:
         p.error(f"unknown --only {sorted(unknown)}; choose from {ORDER}")
-    # gpu-suite's timeout sends SIGTERM: leave through finally, which stops the servers
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    # gpu-suite's timeout sends SIGTERM (to the process, then to its group): leave once, through
+    # finally, which stops the servers
+    def stopped(*_) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stopped)
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     dummy = args.model is None and args.dummy_weights
     if args.model is None:
@@ -355,9 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         t0 = time.perf_counter()
         row: dict = {"config": name}
+        finished: list[dict] = []
         say(name, "starting")
         try:
-            new = run_check(name, row, args, base, dummy)
+            save = functools.partial(write_results, args.out, rows, finished, row)
+            new = run_check(name, row, args, base, dummy, save, finished)
         except SystemExit:
             # the step's time limit (SIGTERM): keep what this configuration showed, say where
             row.update(
@@ -366,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" after {time.perf_counter() - t0:.0f} s",
                 late_compiles=late_compiles(args.out / "logs" / f"{name}.log"),
             )
-            write_results(args.out, [*rows, row])
+            write_results(args.out, rows, finished, row)
             say(name, f"FAIL {row['error']}")
             raise
         rows += new

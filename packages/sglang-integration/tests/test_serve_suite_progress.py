@@ -91,11 +91,14 @@ def test_sigterm_mid_configuration_keeps_the_row_and_says_where(
     )
     previous = signal.getsignal(signal.SIGTERM)
 
-    def first_passes_second_is_stopped(name, row, args, base, dummy):
+    def first_passes_second_is_stopped(name, row, args, base, dummy, save, finished):
         if name == "bf16":
             row.update(ready_s=170.2, ok=True, requests_ok=True, validate_exit=0, hooks_ok=True)
             return [row]
         row.update(ready_s=111.0, phase="first /generate (a cold box compiles its kernels here)")
+        save()  # a phase ended: what is known is on disk before anything else can happen
+        on_disk = json.loads((out / "serve-suite.json").read_text())
+        assert [r["config"] for r in on_disk] == ["bf16", "fp8"] and on_disk[1]["ready_s"] == 111.0
         os.kill(os.getpid(), signal.SIGTERM)  # what gpu-suite's timeout sends
         raise AssertionError("the suite's SIGTERM handler did not stop the run")
 
@@ -135,3 +138,28 @@ def test_the_table_sums_late_compiles():
         "RemoteDisconnected: Remote end closed connection; "
         "2 Triton kernel(s) compiled after ready, 62 s |"
     )
+
+
+def test_a_finished_refusal_survives_a_sigterm_during_the_next(tmp_path, monkeypatch):
+    out = tmp_path / "serve"
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def one_refusal_then_stopped(name, row, args, base, dummy, save, finished):
+        finished.append(
+            {"config": "planted-hook-failure", "exit": 1, "seconds": 41.0, "ok": True,
+             "line": "cpkv-serve: hook config-repair did not take", "weights_loaded": False}
+        )  # fmt: skip
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the suite's SIGTERM handler did not stop the run")
+
+    monkeypatch.setattr(serve_suite, "run_check", one_refusal_then_stopped)
+    try:
+        with pytest.raises(SystemExit):
+            serve_suite.main(["--out", str(out), "--model", str(tmp_path), "--only", "refusals"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    rows = json.loads((out / "serve-suite.json").read_text())
+    assert [(r["config"], r["ok"]) for r in rows] == [
+        ("planted-hook-failure", True),
+        ("refusals", False),
+    ]
