@@ -15,7 +15,8 @@ not the shim itself but ``abi_shim_loader.c``, built beside it, which loads it i
 processes only, so the compilers SGLang's JIT paths start do not each load libtorch. A fresh
 Python process first checks, through the loader, that the wheels' FlashMLA op has its CUDA kernel;
 if it has not, the shim is preloaded itself, as before, and the line says so.
-Exit 2 with one line on stderr when the missing symbols are not the forwarded ones.
+Exit 2 with one line on stderr when the missing symbols are not the forwarded ones, or when
+neither the loader nor the shim itself gives the wheels' op its CUDA kernel.
 """
 
 from __future__ import annotations
