@@ -187,17 +187,14 @@ def check_config(
             records = hook_records(record_dir)
             log = srv.log_text()
     except ServerDied as exc:
-        row.update(error=str(exc), ok=False, late_compiles=late_compiles(log_dir / f"{name}.log"))
+        row.update(error=str(exc), ok=False)
         return row
     except Exception as exc:  # an HTTP error, a malformed answer: this configuration fails
-        row.update(
-            error=f"{type(exc).__name__}: {exc}",
-            ok=False,
-            late_compiles=late_compiles(log_dir / f"{name}.log"),
-        )
+        row.update(error=f"{type(exc).__name__}: {exc}", ok=False)
         return row
+    finally:  # whatever ended it, a SIGTERM included: what the server compiled after ready
+        row["late_compiles"] = late_compiles(log_dir / f"{name}.log")
     row["phase"] = "done"
-    row["late_compiles"] = late_compiles(log_dir / f"{name}.log")
     want = set(always_on_hooks())
     row["hook_records"] = [
         {k: r.get(k) for k in ("pid", "process", "sglang", "applied", "not_applied")}
@@ -330,11 +327,10 @@ def run_check(
     return [row]
 
 
-def write_results(out: Path, rows: list[dict], *partial: list[dict] | dict) -> None:
-    """``serve-suite.json`` and ``serve-suite.md``: the finished rows, then the configuration
-    under way (``partial``: its rows so far, its row), rewritten at every phase's end."""
-    for part in partial:
-        rows = [*rows, *(part if isinstance(part, list) else [part])]
+def write_results(out: Path, *groups: list[dict]) -> None:
+    """``serve-suite.json`` and ``serve-suite.md`` from ``groups`` of rows, in order (the finished
+    rows, then the configuration under way: its rows so far and its own), at every phase's end."""
+    rows = [r for group in groups for r in group]
     (out / "serve-suite.json").write_text(json.dumps(rows, indent=1) + "\n")
     (out / "serve-suite.md").write_text(suite_table(rows))
 
@@ -384,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         finished: list[dict] = []
         say(name, "starting")
         try:
-            save = functools.partial(write_results, args.out, rows, finished, row)
+            save = functools.partial(write_results, args.out, rows, finished, [row])
             new = run_check(name, row, args, base, dummy, save, finished)
         except SystemExit:
             # the step's time limit (SIGTERM): keep what this configuration showed, say where
@@ -392,9 +388,10 @@ def main(argv: list[str] | None = None) -> int:
                 ok=False,
                 error=f"stopped by SIGTERM during {row.get('phase', 'start-up')}"
                 f" after {time.perf_counter() - t0:.0f} s",
-                late_compiles=late_compiles(args.out / "logs" / f"{name}.log"),
             )
-            write_results(args.out, rows, finished, row)
+            if "late_compiles" not in row:  # a check that starts no server of its own name
+                row["late_compiles"] = late_compiles(args.out / "logs" / f"{name}.log")
+            write_results(args.out, rows, finished, [row])
             say(name, f"FAIL {row['error']}")
             raise
         rows += new
