@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,21 +85,21 @@ def gpu_line() -> str:
     return "gpu: " + (res.stdout.strip().replace("\n", " | ") or res.stderr.strip())
 
 
-def matching(terms: list[str]) -> list[int]:
-    """Processes whose command line holds one of the terms, this one excluded."""
-    pids = []
+def matching(terms: list[str]) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose command line holds one of the terms, this one
+    excluded."""
+    found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             info = describe(int(entry.name))
             if info and any(t in info[2] for t in terms):
-                pids.append(int(entry.name))
-    return sorted(pids)
+                found.append((int(entry.name), info[2]))
+    return sorted(found)
 
 
 def dump_stacks(py_spy: str, terms: list[str]) -> str:
     parts = []
-    for pid in matching(terms):
-        info = describe(pid)
+    for pid, cmd in matching(terms):
         try:
             res = subprocess.run(
                 [py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=20
@@ -106,7 +107,7 @@ def dump_stacks(py_spy: str, terms: list[str]) -> str:
             text = res.stdout if res.returncode == 0 else res.stdout + res.stderr
         except subprocess.TimeoutExpired:
             text = "py-spy: no answer in 20 s\n"
-        parts.append(f"--- pid {pid}: {info[2][:160] if info else '(gone)'}\n{text}")
+        parts.append(f"--- pid {pid}: {cmd[:160]}\n{text}")
     return "".join(parts) or "no matching process\n"
 
 
@@ -127,16 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"watch: cannot write {args.outdir}: {exc}", file=sys.stderr)
         return 2
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    stop = threading.Event()  # SIGTERM ends the wait at once, with no sample after it
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     start = last_stacks = time.monotonic()
     before, t_before = cpu_ticks(), start
     if not args.py_spy:
         stacks.write("no py-spy given: no stacks\n")
-    while not stop:
-        deadline = time.monotonic() + args.every
-        while not stop and time.monotonic() < deadline:
-            time.sleep(0.2)
+    while not stop.wait(args.every):
         now = time.monotonic()
         after = cpu_ticks()
         stamp = f"=== {time.strftime('%H:%M:%S')} +{now - start:.0f}s"
