@@ -2,7 +2,7 @@
 
 A fresh GPU box compiles every Triton kernel a served request needs on its first use, one after
 another inside SGLang's scheduler: 14 to 46 s apiece there (2026-12-07, one core busy and 15 idle,
-with the ABI shim still preloaded into every compiler: ``abi_shim_loader.c`` says why no longer),
+with an ABI shim, since removed, preloaded into every compiler),
 so the first request of a cold server outlasted a 4-minute wait three times. SGLang keeps
 what it compiles under ``SGLANG_CACHE_DIR`` (Triton, inductor, the CUDA JIT cache, FlashInfer,
 DeepGEMM and its own JIT kernels), and ``scripts/gpu-suite`` points that at one folder. So each call

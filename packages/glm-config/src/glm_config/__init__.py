@@ -4,7 +4,7 @@ from glm_config._files import read_config_json
 from glm_config._normalize import Change, NormalizeReport, normalize
 from glm_config._releases import TRANSFORMERS_DEFECTS, Defect, defects_for, transformers_version
 from glm_config._settings import DsaSettings, expected_settings, is_dsa
-from glm_config._tiny import tiny_glm51_config, write_tiny_checkpoint
+from glm_config._tiny import TINY_SHARPEN, tiny_glm51_config, write_tiny_checkpoint
 from glm_config._validate import config_errors
 from glm_config.errors import (
     ConfigFileError,
@@ -34,6 +34,7 @@ __all__ = [  # noqa: RUF022
     "defects_for",
     "transformers_version",
     # Test checkpoints
+    "TINY_SHARPEN",
     "tiny_glm51_config",
     "write_tiny_checkpoint",
     # Errors

@@ -4,11 +4,16 @@ GLM-5.1 (``GlmMoeDsaForCausalLM``) keeps its attention and indexer shapes here, 
 what the DSA backends, the KV pool and the indexer kernels see: 64 heads, ``kv_lora_rank`` 512,
 rope 64, nope 192, v 256, 32 indexer heads of 128, ``index_topk`` 2048. Everything that only
 scales the model shrinks: hidden 1024, a few layers, a few small experts, a 258-token byte-level
-vocabulary. The folder holds ``config.json``, a tokenizer and, with ``weights=True``, random
-weights at a realistic scale (transformers' own initialisation: normal, std 0.02, norms 1) in
-safetensors. SGLang's ``--load-format dummy`` needs no weights file but fills every weight, norms
-included, from U(-0.001, 0.001): the logits are then near zero and near-equal, and the output
-hardly depends on the prompt, so a served contamination check could not see a leak.
+vocabulary. The folder holds ``config.json``, a tokenizer and, with ``weights=True``, seeded
+random weights in safetensors: transformers' own initialisation (normal, std 0.02, norms 1) with
+the tensors of :data:`TINY_SHARPEN` scaled up, so that what the model says depends on what it
+attends to. A served contamination check needs that: it compares each request's answer alone
+and in a batch, and a model whose answer ignores the context cannot show a leak.
+
+At transformers' scale the model is nearly a bigram model: the served tiny model answered all 8
+of ``cpkv-validate``'s prompts (one shared prefix, a distinct marker each, the same last words)
+with the same 32 tokens on an H100 (2026-12-07), and transformers does the same on CPU. SGLang's
+``--load-format dummy`` is worse: U(-0.001, 0.001) everywhere, norms included.
 """
 
 from __future__ import annotations
@@ -17,10 +22,28 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_BOS", "TINY_EOS", "tiny_glm51_config", "write_tiny_checkpoint"]
+__all__ = ["TINY_BOS", "TINY_EOS", "TINY_SHARPEN", "tiny_glm51_config", "write_tiny_checkpoint"]
 
 TINY_BOS, TINY_EOS = 256, 257
 """Special token ids after the 256 byte tokens."""
+
+TINY_SHARPEN: dict[str, float] = {
+    "embed_tokens": 20.0,
+    "self_attn.q_b_proj": 4.0,
+    "self_attn.kv_b_proj": 4.0,
+    "self_attn.o_proj": 8.0,
+    "lm_head": 4.0,
+}
+"""Factors on transformers' initial weights, by name fragment: larger query and key projections
+make each head attend to a few tokens instead of averaging the context (which prompts sharing a
+long prefix have in common), though not to one: at 8 times (scores 64 times sharper) rounding
+alone changes which token a head picks, and fp32 and bf16 then answer 4 of 4 prompts
+confidently differently, as a batch of 8 did beside batch size 1 on the H100 (2026-12-07).
+A larger output projection lets what the heads read reach the residual stream,
+larger embeddings keep the current token from drowning in it, and a larger ``lm_head`` spreads
+the logits, so that the top two usually differ by more than ``cpkv-validate``'s drift margin
+(0.1 nats) and a changed token counts as a leak, not as drift. MLA caches the latent below these
+projections, so the KV pool's values (and fp8's range) keep their scale."""
 
 
 def tiny_glm51_config(
@@ -85,7 +108,13 @@ def tiny_glm51_config(
     }
 
 
-def write_tiny_checkpoint(path: str | Path, *, weights: bool = False, **config: Any) -> Path:
+def write_tiny_checkpoint(
+    path: str | Path,
+    *,
+    weights: bool = False,
+    sharpen: dict[str, float] | None = None,
+    **config: Any,
+) -> Path:
     """Write the tiny model's folder (``config.json`` + a byte-level BPE tokenizer) at ``path``.
 
     Every byte is one token (no merges), so a prompt of N ASCII characters is N tokens: prompt
@@ -96,6 +125,8 @@ def write_tiny_checkpoint(path: str | Path, *, weights: bool = False, **config: 
         path: the folder, created if missing; an existing ``config.json`` there is replaced.
         weights: also write random bf16 weights (``model.safetensors``, built by transformers'
             ``GlmMoeDsaForCausalLM``; needs torch), seeded, so two calls write the same model.
+        sharpen: factors on the initial weights by name fragment; ``None`` is
+            :data:`TINY_SHARPEN`, ``{}`` keeps transformers' scale.
         **config: passed to :func:`tiny_glm51_config`.
 
     Returns:
@@ -118,13 +149,26 @@ def write_tiny_checkpoint(path: str | Path, *, weights: bool = False, **config: 
     text = json.dumps(cfg, indent=1) + "\n"
     (folder / "config.json").write_text(text)
     if weights:
-        _write_random_weights(folder)
+        _write_random_weights(folder, TINY_SHARPEN if sharpen is None else sharpen)
         # save_pretrained wrote config.json from transformers' config object: keep ours
         (folder / "config.json").write_text(text)
     return folder
 
 
-def _write_random_weights(folder: Path) -> None:
+def sharpen_weights(model: Any, factors: dict[str, float]) -> Any:
+    """Scale, in place, each of ``model``'s parameters whose name holds a key of ``factors``
+    (see :data:`TINY_SHARPEN`); returns ``model``."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            for fragment, factor in factors.items():
+                if fragment in name:
+                    param.mul_(factor)
+    return model
+
+
+def _write_random_weights(folder: Path, sharpen: dict[str, float]) -> None:
     """transformers' model with one more layer, whose weights become the NextN layer's decoder
     (``model.layers.<layers>.*``, where released GLM-5 checkpoints keep it and SGLang's NextN
     loader looks), plus the NextN-only tensors (``eh_proj``, ``enorm``, ``hnorm``,
@@ -138,7 +182,7 @@ def _write_random_weights(folder: Path) -> None:
     layers, hidden = raw["num_hidden_layers"], raw["hidden_size"]
     # built afresh: transformers derives per-layer lists (the indexer's) from the layer count
     cfg = AutoConfig.for_model(raw.pop("model_type"), **{**raw, "num_hidden_layers": layers + 1})
-    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    model = sharpen_weights(AutoModelForCausalLM.from_config(cfg), sharpen).to(torch.bfloat16)
     model.save_pretrained(folder, safe_serialization=True, max_shard_size="100GB")
     tensors = load_file(folder / "model.safetensors")
     nextn = f"model.layers.{layers}"
