@@ -39,13 +39,22 @@ def missing_torch_symbols(imported: set[str], exported: set[str]) -> set[str]:
 
 
 def kernels_torch(site: Path) -> str:
-    """The torch release the kernel wheels in ``site`` were built for: what the carry recorded,
-    else ``sglang-kernel``'s own ``Requires-Dist: torch==X``."""
-    if (site / RECORD).is_file():
-        return (site / RECORD).read_text().strip()
+    """The torch release the kernel wheels in ``site`` were built for: what the carry recorded
+    and ``sglang-kernel``'s own ``Requires-Dist: torch==X``, whichever exist; when both do, they
+    must agree (a record left from another carry would otherwise pass a wheel it does not
+    describe)."""
+    recorded = (site / RECORD).read_text().strip() if (site / RECORD).is_file() else None
+    pinned = None
     for meta in site.glob("sglang_kernel-*.dist-info/METADATA"):
         if m := re.search(r"^Requires-Dist: torch==([\w.+]+)", meta.read_text(), re.M):
-            return m.group(1)
+            pinned = m.group(1)
+    if recorded and pinned and not same_release(recorded, pinned):
+        raise ValueError(
+            f"{RECORD} says torch {recorded} but sglang-kernel pins torch=={pinned}: the site "
+            f"mixes two carries; rebuild it with scripts/serve/carry"
+        )
+    if recorded or pinned:
+        return recorded or pinned
     raise ValueError(f"no {RECORD} and no sglang-kernel dist-info with a torch pin in {site}")
 
 
@@ -57,9 +66,12 @@ def same_release(a: str, b: str) -> bool:
 def _nm(paths: list[Path], which: str) -> set[str]:
     out: set[str] = set()
     for path in paths:
-        proc = subprocess.run(
-            ["nm", "-D", which, str(path)], capture_output=True, text=True, check=True
-        )
+        try:
+            proc = subprocess.run(
+                ["nm", "-D", which, str(path)], capture_output=True, text=True, check=True
+            )
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise ValueError(f"nm -D {which} {path} failed ({e}); binutils' nm is needed") from e
         out |= {line.split()[-1] for line in proc.stdout.splitlines() if line.strip()}
     return out
 
@@ -105,6 +117,6 @@ def main(site: Path) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print(f"usage: {__doc__.split('Usage: ')[1].split(chr(10))[0]}", file=sys.stderr)
+        print("usage: python3 scripts/serve/kernel_abi.py SITE", file=sys.stderr)
         sys.exit(2)
     sys.exit(main(Path(sys.argv[1])))

@@ -13,8 +13,10 @@ harness's own prompts, on the tiny checkpoint ``gpu-suite`` writes:
   first differ at a near-tie; the first sharpening tried (query and key/value x8, the mutation)
   changes confident tokens, as the unattributed FAILs on the H100 did.
 
-Slow (about 5 minutes on one core): eight greedy generations of 8 tokens after a 1,300-token
-prompt in a 4-layer model with 8 experts, and four shorter ones for the mutations.
+A proxy, not the box's check: that compares 8 prompts over 32 tokens, this 4 prompts over 8
+(the choice itself was measured on 8 prompts over 12, ``docs/benchmarks/serve-checks.md``), to
+stay near 6 minutes on one core: twelve greedy generations of 8 tokens after a 1,300-token prompt
+in a 4-layer model with 8 experts, and two of 3 tokens.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def greedy(model, tokenizer, prompt: str, n: int = TOKENS) -> tuple[list[int], l
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         out = model.generate(
-            ids, max_new_tokens=n, do_sample=False, output_scores=True,
+            ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, output_scores=True,
             return_dict_in_generate=True,
         )  # fmt: skip
     gaps = [
@@ -118,7 +120,7 @@ def test_the_written_checkpoint_is_the_plain_one_sharpened(tmp_path, plain):
         assert torch.equal(new.get_tensor(name), old.get_tensor(name))
 
 
-def test_the_served_model_answers_each_prompt_its_own_way(served_answers):
+def test_the_served_model_answers_differ_between_prompts(served_answers):
     answers = {tuple(tokens) for tokens, _ in served_answers}
     assert len(answers) >= 2, answers
 
@@ -126,7 +128,7 @@ def test_the_served_model_answers_each_prompt_its_own_way(served_answers):
 def test_mutation_at_transformers_scale_every_prompt_gets_the_same_answer(
     plain, tokenizer, prompts
 ):
-    answers = {tuple(greedy(plain[1], tokenizer, p, 4)[0]) for p in prompts[:2]}
+    answers = {tuple(greedy(plain[1], tokenizer, p)[0]) for p in prompts[:4]}
     assert len(answers) == 1, answers
 
 

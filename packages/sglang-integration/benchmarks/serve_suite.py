@@ -1,9 +1,10 @@
 """``cpkv-serve`` serving, checked: a live SGLang server with the plugin, on one or more GPUs.
 
 For each served configuration it starts ``cpkv-serve`` on a checkpoint folder (a real one, or the
-tiny GLM-5.1-shaped one ``glm_config.write_tiny_checkpoint`` writes, with random weights of
-transformers' scale: SGLang's ``--load-format dummy`` makes every output alike, which
-``cpkv-validate`` refuses as evidence; ``--dummy-weights`` uses it anyway),
+tiny GLM-5.1-shaped one ``glm_config.write_tiny_checkpoint`` writes, with random weights
+sharpened by ``glm_config.TINY_SHARPEN`` so that answers depend on the prompt: at transformers'
+scale, and more so with SGLang's ``--load-format dummy``, every output is alike, which
+``cpkv-validate`` refuses as evidence; ``--dummy-weights`` uses dummy anyway),
 then checks, in the live server:
 
 - **hooks**: SGLang's scheduler processes (one per TP/CP rank, not the launcher) each recorded
