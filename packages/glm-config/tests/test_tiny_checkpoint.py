@@ -12,7 +12,13 @@ import subprocess
 import sys
 
 import pytest
-from glm_config import config_errors, expected_settings, tiny_glm51_config, write_tiny_checkpoint
+from glm_config import (
+    TINY_SHARPEN,
+    config_errors,
+    expected_settings,
+    tiny_glm51_config,
+    write_tiny_checkpoint,
+)
 from packaging.version import Version
 
 transformers = pytest.importorskip("transformers")
@@ -79,11 +85,11 @@ def test_sizes_that_cannot_make_the_model_are_refused(bad):
 
 
 @pytest.mark.slow
-def test_random_weights_load_back_at_transformers_scale(tmp_path):
+def test_random_weights_load_back_at_transformers_scale_sharpened(tmp_path):
     """``weights=True``: the folder loads back into the model class with no weight missing and
-    none left over but the NextN layer's, bf16, at transformers' initialisation scale (std 0.02),
-    not SGLang's dummy U(-0.001, 0.001); the experts are saved one by one, as released
-    checkpoints hold them."""
+    none left over but the NextN layer's, bf16, at transformers' initialisation scale (std 0.02,
+    not SGLang's dummy U(-0.001, 0.001)) times :data:`TINY_SHARPEN` where it names the tensor;
+    the experts are saved one by one, as released checkpoints hold them."""
     from safetensors import safe_open
 
     folder = write_tiny_checkpoint(tmp_path, weights=True, layers=2, experts=2)
@@ -98,6 +104,7 @@ def test_random_weights_load_back_at_transformers_scale(tmp_path):
     with safe_open(folder / "model.safetensors", "pt") as f:
         names = list(f.keys())
         w = f.get_tensor("model.layers.0.self_attn.kv_b_proj.weight")
+        plain = f.get_tensor("model.layers.0.mlp.gate_proj.weight")
     # released checkpoints (and SGLang's loader) name each expert; transformers 5.8 saves them
     # fused, the lock's 5.19 and the GPU box's 5.17 one by one
     # the NextN layer SGLang's EAGLE draft loads: a whole decoder layer and its own tensors
@@ -106,5 +113,7 @@ def test_random_weights_load_back_at_transformers_scale(tmp_path):
         assert f"model.layers.2.{name}" in names, name
     if Version(transformers.__version__) >= Version("5.17"):
         assert "model.layers.1.mlp.experts.1.down_proj.weight" in names
-    assert w.dtype == torch.bfloat16
-    assert 0.01 < float(w.float().std()) < 0.04
+    assert w.dtype == plain.dtype == torch.bfloat16
+    assert 0.01 < float(plain.float().std()) < 0.04  # no factor for the MLP
+    factor = TINY_SHARPEN["self_attn.kv_b_proj"]
+    assert 0.01 * factor < float(w.float().std()) < 0.04 * factor
