@@ -78,9 +78,8 @@ def greedy(model, tokenizer, prompt: str, n: int = TOKENS) -> tuple[list[int], l
             ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, output_scores=True,
             return_dict_in_generate=True,
         )  # fmt: skip
-    gaps = [
-        float(torch.diff(s[0].float().log_softmax(-1).topk(2).values.flip(0))) for s in out.scores
-    ]
+    top2 = [s[0].float().log_softmax(-1).topk(2).values for s in out.scores]
+    gaps = [float(v[0] - v[1]) for v in top2]
     return out.sequences[0, ids.shape[1] :].tolist(), gaps
 
 
@@ -89,7 +88,9 @@ def confident_flips(
 ) -> list[tuple]:
     """(prompt, position, gaps) where fp32 and bf16 first differ with both gaps over the margin;
     ``high``: the fp32 answers, when already known."""
-    low = sharpened(model, {}).to(torch.bfloat16)
+    import copy
+
+    low = copy.deepcopy(model).to(torch.bfloat16)
     flips = []
     for i, prompt in enumerate(prompts):
         a, gap_a = high[i] if high else greedy(model, tokenizer, prompt, n)

@@ -38,7 +38,8 @@ TINY_SHARPEN: dict[str, float] = {
 make each head attend to a few tokens instead of averaging the context (which prompts sharing a
 long prefix have in common), though not to one: at 8 times (scores 64 times sharper) rounding
 alone changes which token a head picks, and fp32 and bf16 then answer 4 of 4 prompts
-confidently differently, as a batch of 8 did beside batch size 1 on the H100 (2026-12-07).
+confidently differently (the likely cause of the unattributed differences a batch of 8 showed
+beside batch size 1 on the H100, 2026-12-07).
 A larger output projection lets what the heads read reach the residual stream,
 larger embeddings keep the current token from drowning in it, and a larger ``lm_head`` spreads
 the logits, so that the top two usually differ by more than ``cpkv-validate``'s drift margin
