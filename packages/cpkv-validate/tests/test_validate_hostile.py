@@ -89,6 +89,14 @@ CASES: dict[str, tuple[list[str], str]] = {
     "requests_huge": (["--url", URL, "--requests", "10000000000"], "--requests must be <= 4096"),
     "max_tokens_zero": (["--url", URL, "--max-tokens", "0"], "--max-tokens must be >= 1"),
     "max_tokens_huge": (["--url", URL, "--max-tokens", "40000"], "--max-tokens must be <= 32768"),
+    "prefix_words_negative": (
+        ["--url", URL, "--prefix-words", "-1"],
+        "--prefix-words must be >= 0",
+    ),
+    "prefix_words_huge": (
+        ["--url", URL, "--prefix-words", "1000000"],
+        "--prefix-words must be <= 100000",
+    ),
     "compare_zero": (["--url", URL, "--compare-tokens", "0"], "--compare-tokens must be in 1..--"),
     "compare_over": (
         ["--url", URL, "--max-tokens", "8", "--compare-tokens", "9"],

@@ -45,6 +45,21 @@ def test_json_dash_writes_json_to_stdout_and_the_table_to_stderr(tmp_path, monke
         assert len(detail["compared_tokens"]["batch"]) == r["rows"] == 8
 
 
+def test_prefix_words_sets_the_shared_prefix_the_server_is_sent(tmp_path, monkeypatch):
+    """``--prefix-words N``: every prompt (and the warm-up) starts with the same N-word prefix,
+    and the report says N (a DSA model needs one past its top-k for the selection to matter)."""
+    monkeypatch.chdir(tmp_path)
+    fake = Fake()
+    with serve(fake) as url:
+        run = run_in_process(main, ["--url", url, *ARGV, "--prefix-words", "700", "--json", "-"])
+    assert run.code == 0, run
+    assert json.loads(run.out)["config"]["prefix_words"] == 700
+    prompts = [p for p in fake.seen if not p.endswith("Warmup request")]
+    heads = {" ".join(p.split()[:700]) for p in fake.seen}
+    assert len(prompts) == 4 and len(heads) == 1
+    assert all(p.split()[700] in ("Request", "Warmup") for p in fake.seen)
+
+
 def test_the_json_names_a_leak_with_its_text(tmp_path):
     with serve(FirstMarkerCache()) as url:
         run = run_in_process(main, ["--url", url, *ARGV, "--json", "-"])

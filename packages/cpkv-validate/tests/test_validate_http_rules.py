@@ -34,6 +34,12 @@ def test_prompts_share_a_prefix_and_carry_distinct_markers():
         assert not foreign_markers(text, i, marker_pieces(markers))  # nothing but its own
 
 
+def test_the_prefix_has_the_words_asked_for():
+    assert len(make_prompts(2, seed=1)[0].split()) == 200  # the default, _limits.PREFIX_WORDS
+    prefix, prompts = make_prompts(2, seed=1, prefix_words=600)
+    assert len(prefix.split()) == 600 and all(t.startswith(prefix + " ") for _, _, t in prompts)
+
+
 @pytest.mark.parametrize(
     ("text", "piece"),
     [("t1 MARK00x8ac5 t2", "MARK00x8ac5"), ("t1 00x8ac5", "00x8ac5")],

@@ -113,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(path: Path, docs: Path) -> int:
-    """The side-by-side table (markdown) and a bar plot from a recorded run."""
-    rows = json.loads(path.read_text())
+    """The side-by-side table (markdown) and a bar plot from a recorded run: this script's
+    ``serve-bench.json`` (a list of rows) or the docs' record of it (``{"rows": [...], ...}``)."""
+    recorded = json.loads(path.read_text())
+    rows = recorded["rows"] if isinstance(recorded, dict) else recorded
     servers = list(dict.fromkeys(r["server"] for r in rows))
     cases = list(dict.fromkeys((r["metric"], r["case"], r["unit"]) for r in rows))
     value = {(r["server"], r["metric"], r["case"]): r["value"] for r in rows}

@@ -78,8 +78,16 @@ CONFIGS: dict[str, tuple[list[str], dict[str, str], str]] = {
 #: configurations also timed (bench_serve.measure), under the names serve-bench.json gives them;
 #: "plain" is SGLang without the plugin, the baseline, started after bf16 paid the kernel compiles
 TIMED = {"bf16": "cpkv", "plain": "sglang", "indexcache-f4": "cpkv-f4"}
-ORDER = ["bf16", "plain", "planted-fault", "indexcache-f4", "fp8", "eagle", "chunked-256",
-         "user-backends", "refusals"]  # fmt: skip
+ORDER = ["bf16", "plain", "planted-fault", "indexcache-f4", "fp8", "plain-fp8", "eagle",
+         "chunked-256", "user-backends", "refusals"]  # fmt: skip
+#: ``plain-<config>``: plain SGLang (the plugin kept out) on ``<config>``'s arguments, the control
+#: of each configuration that needs no ``--cpkv-*`` flag ("plain" is ``plain-bf16``); the suite
+#: sets each configuration's outputs beside its control's (:func:`against_plain`)
+CONTROLS = {
+    f"plain-{name}": name
+    for name, (extra, _, _) in CONFIGS.items()
+    if name != "bf16" and not any(a.startswith("--cpkv") for a in extra)
+} | {"plain": "bf16"}
 FAULT_ENV = {"CPKV_DEBUG_FAULT": "swap-kv-pages", "CPKV_DEBUG_FAULT_ACK": "i-want-wrong-output"}
 BREAK_ENV = {"CPKV_DEBUG_BREAK_HOOK": "config-repair"}
 
@@ -113,13 +121,16 @@ def late_compiles(log: Path) -> list[list]:
     return [[k, float(s)] for k, s in _LATE_COMPILE.findall(text)]
 
 
-def validate(url: str, report: Path) -> tuple[int, str]:
+def validate(url: str, report: Path, prefix_words: int | None = None) -> tuple[int, str]:
     """``cpkv-validate --url``: its exit status (0 pass, 1 contamination, 2 no evidence or an
-    unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s."""
+    unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s;
+    ``prefix_words``: the prompts' shared prefix (its default: 200 words, some 1,300 tokens of
+    prompt for the byte-level tiny tokenizer, under ``index_topk``)."""
+    more = [] if prefix_words is None else ["--prefix-words", str(prefix_words)]
     proc = subprocess.run(
         [sys.executable, "-m", "cpkv_validate", "--url", url, "--concurrency", "8",
          "--requests", "8", "--max-tokens", "32", "--timeout", "600", "--no-progress",
-         "--json", str(report)],
+         *more, "--json", str(report)],
         capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     return proc.returncode, "\n".join((proc.stdout + proc.stderr).splitlines()[-14:])
@@ -135,6 +146,7 @@ def check_config(
     ready_timeout: float = 480.0,
     row: dict | None = None,
     save: Callable[[], None] = lambda: None,
+    prefix_words: int | None = None,
 ) -> dict:
     """One served configuration: hooks in the live processes, requests, the harness (and the
     numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``).
@@ -173,7 +185,7 @@ def check_config(
             row["requests_ok"] = bool(row["generate"]) and bool(row["completions"])
             done("/v1/completions answered")
             row["phase"] = "cpkv-validate --url"
-            code, tail = validate(srv.url, out / f"validate-{name}.json")
+            code, tail = validate(srv.url, out / f"validate-{name}.json", prefix_words)
             row["validate_exit"], row["validate_tail"] = code, tail
             done(f"cpkv-validate exit {code}")
             if timed and name in TIMED:
@@ -256,6 +268,52 @@ def check_refusals(base: list[str], out: Path, rows: list[dict] | None = None) -
     return rows
 
 
+def _outcomes(report: Path) -> dict[str, dict]:
+    """request -> its verdict, first differing token and outputs, from a cpkv-validate report."""
+    rows = json.loads(report.read_text())["scenarios"][0]["requests"]
+    return {r["request"]: {"verdict": r["verdict"], "first_bad": r["first_bad"],
+                           "outputs": r["detail"]["outputs"]} for r in rows}  # fmt: skip
+
+
+def _fails(outcomes: dict[str, dict]) -> list[str]:
+    return [f"{k}@{o['first_bad']}" for k, o in outcomes.items() if o["verdict"] == "FAIL"]
+
+
+def against_plain(out: Path, rows: list[dict]) -> None:
+    """Each configuration beside its control (``plain-<config>``) where both were validated in
+    this run: how many requests' batch-size-1 reference and batch outputs are the same text, and
+    which requests FAILed in each (``request@token``). At CP 1 no hook replaces a kernel a request
+    runs, so a FAIL the control shows too, on the same outputs, is SGLang's behaviour at batch
+    size 8 and not the plugin's; a FAIL the control lacks is the plugin's to explain."""
+    seen = {r["config"]: r for r in rows if "validate_exit" in r}
+    for control, name in CONTROLS.items():
+        ours, theirs = out / f"validate-{name}.json", out / f"validate-{control}.json"
+        if name not in seen or control not in seen or not (ours.exists() and theirs.exists()):
+            continue
+        a, b = _outcomes(ours), _outcomes(theirs)
+        same = {
+            run: sum(k in b and a[k]["outputs"][run] == b[k]["outputs"][run] for k in a)
+            for run in ("reference", "batch")
+        }
+        seen[name]["against_plain"] = {
+            "control": control, "requests": len(a), "same_reference": same["reference"],
+            "same_batch": same["batch"], "fail": _fails(a), "control_fail": _fails(b),
+        }  # fmt: skip
+
+
+def plain_note(row: dict) -> str:
+    """The table's words for :func:`against_plain`'s finding (empty where none was made)."""
+    c = row.get("against_plain")
+    if not c:
+        return ""
+    n = c["requests"]
+    return (
+        f"vs {c['control']}: same reference {c['same_reference']}/{n}, same batch "
+        f"{c['same_batch']}/{n}; FAIL {', '.join(c['fail']) or 'none'} "
+        f"({c['control']}: {', '.join(c['control_fail']) or 'none'})"
+    )
+
+
 def first_line(text: str | None) -> str:
     return text.splitlines()[0][:160] if text else ""
 
@@ -284,7 +342,7 @@ def suite_table(rows: list[dict]) -> str:
                 ("all" if r.get("hooks_ok") else "no") + f" ({len(procs)} process(es))",
                 "ok" if r.get("requests_ok") else "no",
                 str(r.get("validate_exit", "—")),
-                "; ".join(filter(None, [first_line(r.get("error")), compiled(r)])),
+                "; ".join(filter(None, [first_line(r.get("error")), compiled(r), plain_note(r)])),
             ]
         verdict = "PASS" if r.get("ok") else "FAIL"
         lines.append(f"| {r['config']} | {verdict} | " + " | ".join(cells) + " |")
@@ -304,24 +362,26 @@ def run_check(
     ends), with their verdicts; ``save`` writes what is known so far (see :func:`check_config`)."""
     if name == "refusals":
         return check_refusals(base_args(args.model, args.tp, 1, dummy), args.out, finished)
-    if name == "plain":
+    words = args.prefix_words
+    if name in CONTROLS:
+        extra, env, _ = CONFIGS[CONTROLS[name]]
         check_config(
-            name, [*base, *BF16_DECODE], NO_PLUGINS, args.out, PLAIN, not args.no_timing,
-            args.ready_timeout, row, save,
+            name, [*base, *extra], {**env, **NO_PLUGINS}, args.out, PLAIN, not args.no_timing,
+            args.ready_timeout, row, save, words,
         )  # fmt: skip
         row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
         return [row]
     if name == "planted-fault":
         check_config(
             name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout,
-            row=row, save=save,
+            row=row, save=save, prefix_words=words,
         )  # fmt: skip
         row["ok"] = row.get("validate_exit") == 1  # contamination must be found
         return [row]
     extra, env, _ = CONFIGS[name]
     check_config(
         name, [*base, *extra], env, args.out, timed=not args.no_timing,
-        ready_timeout=args.ready_timeout, row=row, save=save,
+        ready_timeout=args.ready_timeout, row=row, save=save, prefix_words=words,
     )  # fmt: skip
     passed = row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
     row.setdefault("ok", passed)
@@ -351,10 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds a server may take to answer /v1/models (a fresh box compiles for minutes)",
     )
     p.add_argument(
+        "--prefix-words",
+        type=int,
+        help="cpkv-validate's shared prefix in words (its default 200: about 1,300 tokens for "
+        "the tiny tokenizer, under index_topk 2048, where every key is selected); 450 passes it",
+    )
+    p.add_argument(
         "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"
     )
     args = p.parse_args(argv)
-    unknown = set(args.only or []) - set(ORDER)
+    unknown = set(args.only or []) - set(ORDER) - set(CONTROLS)
     if unknown:
         p.error(f"unknown --only {sorted(unknown)}; choose from {ORDER}")
 
@@ -401,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             took = time.perf_counter() - t0
             say(r["config"], f"{verdict} ({took:.0f} s) {r.get('error', '')[:300]}")
         write_results(args.out, rows)
+    against_plain(args.out, rows)
+    write_results(args.out, rows)
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

@@ -40,6 +40,7 @@ HTTP_ONLY = {
     "concurrency": 8,
     "requests": None,
     "max_tokens": 32,
+    "prefix_words": lim.PREFIX_WORDS,
     "compare_tokens": None,
     "min_compared": lim.MIN_COMPARED,
     "drift_epsilon": lim.DRIFT_EPSILON,
@@ -58,6 +59,8 @@ _BOUNDS = {
                  "the golden run completes them one at a time"),
     "max_tokens": (1, "a completion has a token", lim.MAX_TOKENS,
                    "the check compares a short greedy window"),
+    "prefix_words": (0, "a count of words", lim.MAX_PREFIX_WORDS,
+                     "half a million tokens is past any served context"),
     "max_reply_mib": (1, "a completion with logprobs needs room", lim.MAX_REPLY_MIB_LIMIT,
                       "a reply is parsed in memory, several times its size"),
 }  # fmt: skip
@@ -128,7 +131,7 @@ def _check_http(args: argparse.Namespace) -> None:
             f"{_join(given)} {_verb(given)} to the reference engine only (a server has its own "
             f"layout, CP and scenarios); drop them or --url"
         )
-    for name in ("concurrency", "requests", "max_tokens", "max_reply_mib"):
+    for name in ("concurrency", "requests", "max_tokens", "prefix_words", "max_reply_mib"):
         _bound(name, getattr(args, name))
     max_tokens = HTTP_ONLY["max_tokens"] if args.max_tokens is None else args.max_tokens
     n = args.compare_tokens

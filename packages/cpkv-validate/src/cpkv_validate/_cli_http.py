@@ -52,6 +52,14 @@ def add_http_arguments(p: argparse.ArgumentParser) -> None:
         help=f"tokens to generate, 1..{lim.MAX_TOKENS}; default {HTTP_ONLY['max_tokens']}",
     )
     http.add_argument(
+        "--prefix-words",
+        type=int,
+        metavar="N",
+        help=f"words in the prompts' shared prefix, 0..{lim.MAX_PREFIX_WORDS} (a word is about "
+        "5 tokens, 5 bytes for a byte-level tokenizer); for a DSA model give one longer than its "
+        f"top-k (2048), or every key is selected; default {lim.PREFIX_WORDS}",
+    )
+    http.add_argument(
         "--compare-tokens",
         type=int,
         metavar="N",
@@ -98,6 +106,7 @@ def run_http_args(args: argparse.Namespace) -> Report:
         concurrency=args.concurrency,
         requests=args.requests or max(args.concurrency, 2),
         max_tokens=args.max_tokens,
+        prefix_words=args.prefix_words,
         compare_tokens=args.compare_tokens,
         min_compared=args.min_compared,
         drift_epsilon=args.drift_epsilon,

@@ -27,7 +27,7 @@ from ._client import Completion, CompletionsClient
 from ._compare import Report, ScenarioResult
 from ._drift import EXACT, MARGIN
 from ._judge import RUNS, SCENARIO, SHORT, Rule, judge
-from ._limits import DRIFT_EPSILON, MAX_REPLY_MIB, MIN_COMPARED
+from ._limits import DRIFT_EPSILON, MAX_REPLY_MIB, MIN_COMPARED, PREFIX_WORDS
 from ._markers import make_marker, marker_pieces
 from ._progress import progress
 
@@ -35,7 +35,7 @@ __all__ = ["CompletionsClient", "make_prompts", "run_http"]
 
 
 def make_prompts(
-    n: int, seed: int, prefix_words: int = 200
+    n: int, seed: int, prefix_words: int = PREFIX_WORDS
 ) -> tuple[str, list[tuple[str, str, str]]]:
     """``n`` prompts: one shared prefix, then a distinct marker and text per request.
 
@@ -76,6 +76,7 @@ def run_http(
     concurrency: int = 8,
     requests: int = 8,
     max_tokens: int = 32,
+    prefix_words: int = PREFIX_WORDS,
     compare_tokens: int | None = None,
     min_compared: int = MIN_COMPARED,
     drift_epsilon: float = DRIFT_EPSILON,
@@ -87,6 +88,7 @@ def run_http(
     """Reference (alone, before and after) vs batch (concurrent) greedy completions.
 
     Args:
+        prefix_words: the shared prefix's length in words (see ``_limits.PREFIX_WORDS``).
         compare_tokens: how many leading generated tokens are compared (default ``max_tokens``).
         min_compared: fewest compared tokens per request that count as evidence.
         drift_epsilon: top-two logprob gap at or below which a first difference is drift
@@ -106,7 +108,7 @@ def run_http(
         model = served[0] if served else "default"
     info = client.server_info()
     deterministic = info is not None and info[1].get("enable_deterministic_inference") is True
-    prefix, prompts = make_prompts(requests, seed)
+    prefix, prompts = make_prompts(requests, seed, prefix_words)
     names, markers, texts = (list(x) for x in zip(*prompts, strict=True))
     # the shared prefix, cached as a system prompt would be: every run reads it from the cache
     warm = f"{prefix} Warmup request"
@@ -151,6 +153,7 @@ def run_http(
         "concurrency": concurrency,
         "requests": requests,
         "max_tokens": max_tokens,
+        "prefix_words": prefix_words,
         "compare_tokens": n_cmp,
         "min_compared": min_compared,
         "seed": seed,

@@ -37,6 +37,16 @@ MAX_TOKENS = 32768
 """Most tokens generated per request (``--max-tokens``). The rule compares a short greedy window
 (a near-tie flips everything after it), and both runs keep every request's tokens."""
 
+PREFIX_WORDS = 200
+"""Default ``--prefix-words``: the shared prefix's length in words (``w123``, about 5 tokens each
+for a BPE tokenizer, 5 bytes for a byte-level one), so that every request reads a cached prefix
+of some hundreds of tokens. A DSA model selects its top-k keys (2,048 for GLM-5.1 and
+DeepSeek-V3.2) only from a longer context: below that every key is kept, and a fault in the
+selection, or in IndexCache's reuse of it, cannot show; raise it past the model's top-k there."""
+
+MAX_PREFIX_WORDS = 100_000
+"""Largest ``--prefix-words``: about half a million tokens, past any served context."""
+
 MAX_TIMEOUT_S = 3600.0
 """Longest per-request wait (``--timeout``): an hour; a server slower than that is not serving."""
 

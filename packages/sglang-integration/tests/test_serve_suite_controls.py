@@ -1,0 +1,99 @@
+"""The serve suite's controls: plain SGLang on a configuration's own arguments, and the comparison
+that sets the configuration's outputs beside the control's.
+
+No server starts here (it needs a GPU): ``check_config`` stands in for the server's run, so that
+what ``run_check`` would launch can be read; the reports compared are in ``cpkv-validate``'s JSON
+shape (``scenarios[0].requests[]``), the fields the comparison reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import _sglang_env as env
+
+pytestmark = env.SGLANG_IMPORT_WARNINGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import serve_suite  # noqa: E402
+
+
+def test_a_control_is_plain_sglang_on_the_configurations_own_arguments(monkeypatch, tmp_path):
+    launched = {}
+
+    def server_run(name, argv, env, out, command=None, *rest, **kw):
+        launched.update(name=name, argv=argv, env=env, command=command)
+        return kw.get("row") or rest[2]
+
+    monkeypatch.setattr(serve_suite, "check_config", server_run)
+    args = SimpleNamespace(out=tmp_path, no_timing=True, ready_timeout=60.0, prefix_words=None)
+    serve_suite.run_check("plain-fp8", {"config": "plain-fp8"}, args, ["--base"], False)
+    assert launched["command"] is serve_suite.PLAIN
+    assert launched["argv"] == ["--base", *serve_suite.CONFIGS["fp8"][0]]
+    assert launched["env"]["SGLANG_PLUGINS"] == "none"  # the plugin kept out
+
+
+def test_configurations_that_need_a_cpkv_flag_have_no_control():
+    assert "plain-indexcache-f4" not in serve_suite.CONTROLS  # plain SGLang refuses the flag
+    assert serve_suite.CONTROLS["plain"] == "bf16" and serve_suite.CONTROLS["plain-fp8"] == "fp8"
+    for control, name in serve_suite.CONTROLS.items():
+        assert not any(a.startswith("--cpkv") for a in serve_suite.CONFIGS[name][0]), control
+
+
+def report(path: Path, outcomes: dict[str, tuple[str, int | None, str, str]]) -> None:
+    """A cpkv-validate report: request -> (verdict, first differing token, reference, batch)."""
+    rows = [
+        {"request": k, "verdict": v, "first_bad": bad,
+         "detail": {"outputs": {"reference": ref, "batch": batch, "reference_after": ref}}}
+        for k, (v, bad, ref, batch) in outcomes.items()
+    ]  # fmt: skip
+    path.write_text(json.dumps({"ok": False, "scenarios": [{"requests": rows}]}))
+
+
+def rows_for(*names: str) -> list[dict]:
+    return [{"config": n, "validate_exit": 1} for n in names]
+
+
+def test_a_fail_the_control_shows_on_the_same_outputs_is_said(tmp_path):
+    same = {"r0": ("PASS", None, "ab", "ab"), "r1": ("FAIL", 3, "abcd", "abce")}
+    report(tmp_path / "validate-fp8.json", same)
+    report(tmp_path / "validate-plain-fp8.json", same)
+    rows = rows_for("fp8", "plain-fp8")
+    serve_suite.against_plain(tmp_path, rows)
+    found = rows[0]["against_plain"]
+    assert found == {
+        "control": "plain-fp8", "requests": 2, "same_reference": 2, "same_batch": 2,
+        "fail": ["r1@3"], "control_fail": ["r1@3"],
+    }  # fmt: skip
+    note = serve_suite.plain_note(rows[0])
+    assert note == "vs plain-fp8: same reference 2/2, same batch 2/2; FAIL r1@3 (plain-fp8: r1@3)"
+    assert note in serve_suite.suite_table(rows)
+
+
+def test_mutation_a_fail_of_the_plugins_alone_shows_as_such(tmp_path):
+    report(
+        tmp_path / "validate-fp8.json",
+        {"r0": ("FAIL", 1, "ab", "xb"), "r1": ("PASS", None, "c", "c")},
+    )
+    report(
+        tmp_path / "validate-plain-fp8.json",
+        {"r0": ("PASS", None, "ab", "ab"), "r1": ("PASS", None, "c", "c")},
+    )
+    rows = rows_for("fp8", "plain-fp8")
+    serve_suite.against_plain(tmp_path, rows)
+    found = rows[0]["against_plain"]
+    assert found["same_reference"] == 2 and found["same_batch"] == 1
+    assert found["fail"] == ["r0@1"] and found["control_fail"] == []
+    assert serve_suite.plain_note(rows[0]).endswith("FAIL r0@1 (plain-fp8: none)")
+
+
+def test_no_comparison_without_both_runs_of_this_suite(tmp_path):
+    """A report left from an earlier call is not this run's control: the rows decide."""
+    report(tmp_path / "validate-fp8.json", {"r0": ("PASS", None, "a", "a")})
+    report(tmp_path / "validate-plain-fp8.json", {"r0": ("PASS", None, "a", "a")})
+    rows = [{"config": "fp8", "validate_exit": 0}]  # plain-fp8 did not run this time
+    serve_suite.against_plain(tmp_path, rows)
+    assert "against_plain" not in rows[0] and serve_suite.plain_note(rows[0]) == ""
