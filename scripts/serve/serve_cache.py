@@ -5,7 +5,9 @@ another inside SGLang's scheduler: 14 to 46 s apiece there (2026-12-07, one core
 with an ABI shim, since removed, preloaded into every compiler),
 so the first request of a cold server outlasted a 4-minute wait three times. SGLang keeps
 what it compiles under ``SGLANG_CACHE_DIR`` (Triton, inductor, the CUDA JIT cache, FlashInfer,
-DeepGEMM and its own JIT kernels), and ``scripts/gpu-suite`` points that at one folder. So each call
+DeepGEMM), and its own ninja-built JIT kernels (``sglang/kernels/jit``) under
+``SGLANG_JIT_CACHE_DIR``, which is *not* inside it when unset (``~/.cache/sglang/jit``); so
+``scripts/gpu-suite`` points the first at one folder and the second at its ``jit/``. Each call
 packs the folder into ``$OUT/serve-cache.tar.xz`` and the next call carries it back as
 ``.serve-cache/``: a kernel compiled once is a cache hit in every later call of the session.
 

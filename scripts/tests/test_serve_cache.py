@@ -201,3 +201,35 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("serve_cache: ") for line in err)
     assert "not a git checkout" in err[2] and "ReadError" in err[3]
+
+
+def test_every_cache_sglang_resolves_from_the_suites_environment_is_in_the_pack(tmp_path):
+    """``gpu-suite``'s serve environment, read from the script, resolved by SGLang 0.5.23 itself:
+    its JIT kernels' root (``cache_root``) and the third-party caches it redirects lie inside the
+    folder that is packed. Before, the JIT root was left at its default, outside it, and a fresh
+    box rebuilt those kernels on its first request. (The box runs 0.5.20, which reads the same
+    two variables.)"""
+    import re
+    import sys
+
+    suite = (SCRIPT.parents[1] / "gpu-suite").read_text()
+    pairs = dict(re.findall(r"\b(SGLANG_(?:JIT_)?CACHE_DIR)=(\S+?)[\s\"]", suite))
+    assert set(pairs) == {"SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"}, pairs
+    folder = tmp_path / "serve-cache"
+    env = {k: v.replace("$SERVE_CACHE", str(folder)) for k, v in pairs.items()}
+    code = (
+        "from sglang.kernels.jit.utils.compile.cache import cache_root\n"
+        "from sglang.srt.environ import third_party_cache_defaults\n"
+        "print(cache_root()); [print(v) for v in third_party_cache_defaults().values()]"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    roots = [Path(line) for line in out.stdout.split()]
+    assert roots and all(r == folder or folder in r.parents for r in roots), roots
+    # mutation: SGLang's own default for the JIT root is outside the packed folder
+    bare = {**os.environ, "SGLANG_CACHE_DIR": str(folder)}
+    bare.pop("SGLANG_JIT_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code], env=bare, capture_output=True, text=True)
+    assert folder not in Path(out.stdout.split()[0]).parents

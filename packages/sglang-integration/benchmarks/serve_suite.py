@@ -13,6 +13,8 @@ then checks, in the live server:
 - **requests**: ``/generate`` and ``/v1/completions`` answer with text;
 - **harness**: ``cpkv-validate --url`` (8 concurrent shared-prefix requests against the
   batch-size-1 reference, with the radix cache on) exits 0; its JSON report is kept;
+- **controls**: ``plain`` and ``plain-<config>`` run plain SGLang (the plugin kept out) on the same
+  arguments, and each configuration's outputs are set beside its control's (:func:`against_plain`);
 
 plus three checks that must fail in the right way: the planted served-path fault
 (``CPKV_DEBUG_FAULT=swap-kv-pages``) must make ``cpkv-validate`` exit 1; a planted hook failure
