@@ -146,7 +146,6 @@ def report(path: Path, docs: Path) -> int:
         ax.set_xticks([i + width for i in range(len(mcases))], mcases)
         unit = next((u for m, _, u in cases if m == metric), "")
         ax.set_title(f"{metric} ({unit})" if mcases else f"{metric}: not measured")
-    axes[0].set_yscale("log")
     axes[0].legend()
     fig.suptitle("tiny GLM-5.1-shaped model, one GPU: plain SGLang vs cpkv-serve")
     fig.tight_layout()

@@ -126,8 +126,8 @@ def late_compiles(log: Path) -> list[list]:
 def validate(url: str, report: Path, prefix_words: int | None = None) -> tuple[int, str]:
     """``cpkv-validate --url``: its exit status (0 pass, 1 contamination, 2 no evidence or an
     unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s;
-    ``prefix_words``: the prompts' shared prefix (its default: 200 words, some 1,300 tokens of
-    prompt for the byte-level tiny tokenizer, under ``index_topk``)."""
+    ``prefix_words``: the prompts' shared prefix (its default: 200 words, prompts of about 1,200
+    tokens for the byte-level tiny tokenizer, under ``index_topk``)."""
     more = [] if prefix_words is None else ["--prefix-words", str(prefix_words)]
     proc = subprocess.run(
         [sys.executable, "-m", "cpkv_validate", "--url", url, "--concurrency", "8",
@@ -187,7 +187,9 @@ def check_config(
             row["requests_ok"] = bool(row["generate"]) and bool(row["completions"])
             done("/v1/completions answered")
             row["phase"] = "cpkv-validate --url"
-            code, tail = validate(srv.url, out / f"validate-{name}.json", prefix_words)
+            report = out / f"validate-{name}.json"
+            report.unlink(missing_ok=True)  # an earlier run's report is never this one's
+            code, tail = validate(srv.url, report, prefix_words)
             row["validate_exit"], row["validate_tail"] = code, tail
             done(f"cpkv-validate exit {code}")
             if timed and name in TIMED:
@@ -292,7 +294,14 @@ def against_plain(out: Path, rows: list[dict]) -> None:
         ours, theirs = out / f"validate-{name}.json", out / f"validate-{control}.json"
         if name not in seen or control not in seen or not (ours.exists() and theirs.exists()):
             continue
-        a, b = _outcomes(ours), _outcomes(theirs)
+        try:
+            a, b = _outcomes(ours), _outcomes(theirs)
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:  # a cut report
+            seen[name]["against_plain"] = {
+                "control": control,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+            continue
         same = {
             run: sum(k in b and a[k]["outputs"][run] == b[k]["outputs"][run] for k in a)
             for run in ("reference", "batch")
@@ -308,6 +317,8 @@ def plain_note(row: dict) -> str:
     c = row.get("against_plain")
     if not c:
         return ""
+    if "error" in c:
+        return f"vs {c['control']}: not compared ({c['error'][:120]})"
     n = c["requests"]
     return (
         f"vs {c['control']}: same reference {c['same_reference']}/{n}, same batch "
@@ -368,8 +379,9 @@ def run_check(
     if name in CONTROLS:
         extra, env, _ = CONFIGS[CONTROLS[name]]
         check_config(
-            name, [*base, *extra], {**env, **NO_PLUGINS}, args.out, PLAIN, not args.no_timing,
-            args.ready_timeout, row, save, words,
+            name, [*base, *extra], {**env, **NO_PLUGINS}, args.out, command=PLAIN,
+            timed=not args.no_timing, ready_timeout=args.ready_timeout, row=row, save=save,
+            prefix_words=words,
         )  # fmt: skip
         row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
         return [row]
@@ -404,7 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, help="checkpoint folder (default: the tiny GLM-5.1 one)")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--attn-cp-size", type=int, default=1)
-    p.add_argument("--only", nargs="*", help=f"configurations to run, in order (default {ORDER})")
+    known = ORDER + sorted(set(CONTROLS) - set(ORDER))
+    p.add_argument(
+        "--only",
+        nargs="*",
+        help=f"configurations to run, in order, of {known} (default {ORDER})",
+    )
     p.add_argument("--no-timing", action="store_true", help="skip bench_serve.measure")
     p.add_argument(
         "--ready-timeout",
@@ -415,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--prefix-words",
         type=int,
-        help="cpkv-validate's shared prefix in words (its default 200: about 1,300 tokens for "
-        "the tiny tokenizer, under index_topk 2048, where every key is selected); 450 passes it",
+        help="cpkv-validate's shared prefix in words (its default 200 gives prompts of about "
+        "1,200 bytes, 1,200 tokens for the tiny byte-level tokenizer, under index_topk 2048, "
+        "where every key is selected); 450 words pass it",
     )
     p.add_argument(
         "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"
@@ -424,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     unknown = set(args.only or []) - set(ORDER) - set(CONTROLS)
     if unknown:
-        p.error(f"unknown --only {sorted(unknown)}; choose from {ORDER}")
+        p.error(f"unknown --only {sorted(unknown)}; choose from {known}")
 
     # gpu-suite's timeout sends SIGTERM (to the process, then to its group): leave once, through
     # finally, which stops the servers
@@ -460,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if "late_compiles" not in row:  # a check that starts no server of its own name
                 row["late_compiles"] = late_compiles(args.out / "logs" / f"{name}.log")
+            against_plain(args.out, [*rows, *finished, row])
             write_results(args.out, rows, finished, [row])
             say(name, f"FAIL {row['error']}")
             raise
@@ -468,9 +487,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "PASS" if r.get("ok") else "FAIL"
             took = time.perf_counter() - t0
             say(r["config"], f"{verdict} ({took:.0f} s) {r.get('error', '')[:300]}")
+        against_plain(args.out, rows)  # after each configuration: a later SIGTERM keeps it
         write_results(args.out, rows)
-    against_plain(args.out, rows)
-    write_results(args.out, rows)
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

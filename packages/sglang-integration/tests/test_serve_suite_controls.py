@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import _sglang_env as env
+import pytest
 
 pytestmark = env.SGLANG_IMPORT_WARNINGS
 
@@ -24,23 +25,36 @@ import serve_suite  # noqa: E402
 def test_a_control_is_plain_sglang_on_the_configurations_own_arguments(monkeypatch, tmp_path):
     launched = {}
 
-    def server_run(name, argv, env, out, command=None, *rest, **kw):
-        launched.update(name=name, argv=argv, env=env, command=command)
-        return kw.get("row") or rest[2]
+    def server_run(name, argv, env, out, **kw):
+        launched.update(name=name, argv=argv, env=env, **kw)
+        return kw["row"]
 
     monkeypatch.setattr(serve_suite, "check_config", server_run)
-    args = SimpleNamespace(out=tmp_path, no_timing=True, ready_timeout=60.0, prefix_words=None)
+    # a configuration whose own environment names plugins: the control still keeps cpkv out
+    extra, _, what = serve_suite.CONFIGS["fp8"]
+    monkeypatch.setitem(
+        serve_suite.CONFIGS, "fp8", (extra, {"SGLANG_PLUGINS": "cpkv", "X": "1"}, what)
+    )
+    args = SimpleNamespace(out=tmp_path, no_timing=True, ready_timeout=60.0, prefix_words=450)
     serve_suite.run_check("plain-fp8", {"config": "plain-fp8"}, args, ["--base"], False)
     assert launched["command"] is serve_suite.PLAIN
-    assert launched["argv"] == ["--base", *serve_suite.CONFIGS["fp8"][0]]
-    assert launched["env"]["SGLANG_PLUGINS"] == "none"  # the plugin kept out
+    assert launched["argv"] == ["--base", *extra]
+    assert launched["env"] == {"SGLANG_PLUGINS": "none", "X": "1"}
+    assert launched["prefix_words"] == 450 and launched["ready_timeout"] == 60.0
+    assert launched["timed"] is False
 
 
 def test_configurations_that_need_a_cpkv_flag_have_no_control():
     assert "plain-indexcache-f4" not in serve_suite.CONTROLS  # plain SGLang refuses the flag
     assert serve_suite.CONTROLS["plain"] == "bf16" and serve_suite.CONTROLS["plain-fp8"] == "fp8"
-    for control, name in serve_suite.CONTROLS.items():
-        assert not any(a.startswith("--cpkv") for a in serve_suite.CONFIGS[name][0]), control
+    assert serve_suite.CONTROLS["plain-eagle"] == "eagle"
+
+
+def test_the_controls_are_named_in_the_refusal(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        serve_suite.main(["--out", str(tmp_path), "--only", "plain-nothing"])
+    err = capsys.readouterr().err
+    assert "unknown --only ['plain-nothing']" in err and "'plain-eagle'" in err
 
 
 def report(path: Path, outcomes: dict[str, tuple[str, int | None, str, str]]) -> None:
@@ -97,3 +111,11 @@ def test_no_comparison_without_both_runs_of_this_suite(tmp_path):
     rows = [{"config": "fp8", "validate_exit": 0}]  # plain-fp8 did not run this time
     serve_suite.against_plain(tmp_path, rows)
     assert "against_plain" not in rows[0] and serve_suite.plain_note(rows[0]) == ""
+
+
+def test_a_report_that_cannot_be_read_is_said_not_compared(tmp_path):
+    report(tmp_path / "validate-plain-fp8.json", {"r0": ("PASS", None, "a", "a")})
+    (tmp_path / "validate-fp8.json").write_text('{"ok": false, "scenar')  # cut off
+    rows = rows_for("fp8", "plain-fp8")
+    serve_suite.against_plain(tmp_path, rows)
+    assert serve_suite.plain_note(rows[0]).startswith("vs plain-fp8: not compared (JSONDecodeError")
