@@ -55,9 +55,9 @@ def add_http_arguments(p: argparse.ArgumentParser) -> None:
         "--prefix-words",
         type=int,
         metavar="N",
-        help=f"words in the prompts' shared prefix, 0..{lim.MAX_PREFIX_WORDS} (a word is 5 bytes: "
-        "5 tokens for a byte-level tokenizer, a few for a BPE one); for a DSA model give a prefix "
-        f"of more tokens than its top-k (2048), or every key is selected; default "
+        help=f"words in the prompts' shared prefix, 0..{lim.MAX_PREFIX_WORDS} (a word is about "
+        "5 bytes: 5 tokens for a byte-level tokenizer, a few for a BPE one); for a DSA model give "
+        "a prefix of more tokens than its top-k (2048), or every key is selected; default "
         f"{lim.PREFIX_WORDS}",
     )
     http.add_argument(

@@ -38,12 +38,12 @@ MAX_TOKENS = 32768
 (a near-tie flips everything after it), and both runs keep every request's tokens."""
 
 PREFIX_WORDS = 200
-"""Default ``--prefix-words``: the shared prefix's length in words (``w123`` and a space: 5 bytes,
-so 5 tokens for a byte-level tokenizer and a few for a BPE one), so that every request reads a
-cached prefix of some hundreds of tokens. A DSA model selects its top-k keys (2,048 for GLM-5.1
-and DeepSeek-V3.2) only from a longer context: below that every key is kept, and a fault in the
-selection, or in IndexCache's reuse of it, cannot show; there, give a prefix of more tokens than
-the model's top-k."""
+"""Default ``--prefix-words``: the shared prefix's length in words (``w0`` to ``w999`` and a
+space: about 5 bytes, so about 5 tokens for a byte-level tokenizer and a few for a BPE one), so
+that every request reads a cached prefix of some hundreds of tokens. A DSA model selects its
+top-k keys (2,048 for GLM-5.1 and DeepSeek-V3.2) only from a longer context: below that every key
+is kept, and a fault in the selection, or in IndexCache's reuse of it, cannot show; there, give a
+prefix of more tokens than the model's top-k."""
 
 MAX_PREFIX_WORDS = 100_000
 """Largest ``--prefix-words``: about half a million tokens, past any served context."""
