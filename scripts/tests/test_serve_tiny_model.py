@@ -21,6 +21,9 @@ in a 4-layer model with 8 experts, and two of 3 tokens.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -29,6 +32,13 @@ from cpkv_validate._http import make_prompts  # noqa: E402
 from cpkv_validate._limits import DRIFT_EPSILON  # noqa: E402
 from glm_config import TINY_SHARPEN, write_tiny_checkpoint  # noqa: E402
 from glm_config._tiny import sharpen_weights  # noqa: E402
+
+# the greedy run and the first-difference rule are scripts/serve/tiny_rounding.py's own
+_spec = importlib.util.spec_from_file_location(
+    "tiny_rounding", Path(__file__).resolve().parents[1] / "serve" / "tiny_rounding.py"
+)
+tiny_rounding = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_rounding)
 
 pytestmark = pytest.mark.slow
 TOKENS = 8
@@ -68,34 +78,21 @@ def sharpened(model, factors: dict[str, float]):
 
 
 def greedy(model, tokenizer, prompt: str, n: int = TOKENS) -> tuple[list[int], list[float]]:
-    """``n`` greedy tokens and the top-two logprob gap at each."""
-    ids = torch.tensor([tokenizer.encode(prompt).ids])
-    with torch.no_grad():
-        out = model.generate(
-            ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, output_scores=True,
-            return_dict_in_generate=True,
-        )  # fmt: skip
-    top2 = [s[0].float().log_softmax(-1).topk(2).values for s in out.scores]
-    gaps = [float(v[0] - v[1]) for v in top2]
-    return out.sequences[0, ids.shape[1] :].tolist(), gaps
+    """``n`` greedy tokens and the top-two logprob gap at each (``tiny_rounding``'s run)."""
+    return tiny_rounding.greedy(model, tokenizer, prompt, n)
 
 
 def confident_flips(
     model, tokenizer, prompts: list[str], n: int = TOKENS, high: list | None = None
-) -> list[tuple]:
-    """(prompt, position, gaps) where fp32 and bf16 first differ with both gaps over the margin;
-    ``high``: the fp32 answers, when already known."""
+) -> list[dict]:
+    """Where fp32 and bf16 first differ with both gaps over the margin (``tiny_rounding``'s
+    rule); ``high``: the fp32 answers, when already known."""
     import copy
 
     low = copy.deepcopy(model).to(torch.bfloat16)
-    flips = []
-    for i, prompt in enumerate(prompts):
-        a, gap_a = high[i] if high else greedy(model, tokenizer, prompt, n)
-        b, gap_b = greedy(low, tokenizer, prompt, n)
-        first = next((k for k in range(n) if a[k] != b[k]), None)
-        if first is not None and min(gap_a[first], gap_b[first]) > DRIFT_EPSILON:
-            flips.append((i, first, gap_a[first], gap_b[first]))
-    return flips
+    high = high or [greedy(model, tokenizer, p, n) for p in prompts]
+    lows = [greedy(low, tokenizer, p, n) for p in prompts]
+    return [r for r in tiny_rounding.first_differences(high, lows, DRIFT_EPSILON) if r["confident"]]
 
 
 @pytest.fixture(scope="module")
