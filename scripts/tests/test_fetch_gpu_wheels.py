@@ -2,21 +2,35 @@
 command. Checked without downloading (``--dry-run``): every pin is exact, sglang and
 apache-tvm-ffi are the lock's, and the sgl-deep-gemm releases are the ones that pair with the GPU
 box's torch 2.11 (the locked 0.2.3.post2 pairs with torch 2.14 only), by ``deepgemm_compat``'s
-own pairing table.
+own pairing table; and the box's image plus the packed site hold every module the GPU steps'
+SGLang imports load (imported here with everything else blocked).
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from deepgemm_compat._detect import pairing_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fetch-gpu-wheels"
 GPU_BOX_TORCH = "2.11"  # docs/benchmarks/*.md: torch 2.11.0+cu130 on the H200
+#: What the GPU box's ``backend`` and ``vsupstream`` steps import, after the stand-ins' stubs.
+BOX_IMPORTS = (
+    "sglang.srt.layers.attention.dsa_backend", "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.layers.attention.dsa.dsa_indexer", "sglang.srt.mem_cache.page_interleave_pool",
+    "sglang.srt.model_executor.model_runner", "sglang_cpkv.plugin.entry",
+)  # fmt: skip
+#: Where ``_skv_backend_stand_ins`` (whose ``stub_missing_packages`` the GPU steps call) lives.
+STAND_INS = ROOT / "packages" / "sglang-integration" / "tests"
+#: On the box but not in ``SGLANG_NEEDS``: sglang (packed with them) and ``.whl/``'s wheels.
+CARRIED = ("sglang", "sgl-deep-gemm", "apache-tvm-ffi")
 
 
 def _plan() -> dict[str, list[str]]:
@@ -93,3 +107,103 @@ def test_the_packed_site_leaves_out_what_the_box_has_and_sglangs_unused_parts(tm
         "sglang/srt/rust_extensions/__init__.py", "fastapi/__init__.py",
     }  # fmt: skip
     assert not list(tmp_path.glob("*.part"))
+
+
+def _import_as_on_the_box(allowed, ours, stand_ins, modules, out):
+    """The child's program (its source is run alone in a fresh interpreter): import ``modules``
+    with every top-level module blocked whose distributions are none of ``allowed`` (normalised
+    names) and that is none of ``ours``, after the GPU steps' own stubs; write to ``out`` what
+    failed, as {module: {"missing", "distributions", "error"}}."""
+    import importlib
+    import importlib.abc
+    import importlib.metadata
+    import importlib.util
+    import json
+    import re
+    import sys
+    from pathlib import Path
+
+    owners = importlib.metadata.packages_distributions()
+    blocked = {
+        top for top, dists in owners.items()
+        if top not in ours and not any(re.sub(r"[-_.]+", "-", d).lower() in allowed for d in dists)
+    }  # fmt: skip
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in blocked:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, package=None: (
+        None if name.split(".")[0] in blocked else find_spec(name, package)
+    )
+    sys.path.insert(0, stand_ins)
+    importlib.import_module("_skv_backend_stand_ins").stub_missing_packages()
+    failed = {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            missing = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+            failed[module] = {
+                "missing": missing,
+                "distributions": owners.get(missing, []),
+                "error": f"{type(e).__name__}: {e}",
+            }
+    Path(out).write_text(json.dumps(failed))
+
+
+def _box_import_failures(tmp_path, without=()):
+    """:data:`BOX_IMPORTS` that fail to import, in a subprocess, with only what the GPU box has:
+    its image (``BOX_IMAGE``), the packed site (``SGLANG_NEEDS``), the carried wheels and our own
+    packages; ``without``: distributions taken out of that."""
+    fgw = _script_module()
+    allowed = {fgw._norm(n) for n in (*fgw.SGLANG_NEEDS, *fgw.BOX_IMAGE, *CARRIED)}
+    allowed -= {fgw._norm(n) for n in without}
+    ours = sorted(
+        p.name for p in ROOT.glob("*/*/src/*")
+        if p.parts[-4] in ("packages", "tools") and p.is_dir() and p.name.isidentifier()
+    )  # fmt: skip
+    program = tmp_path / "import_as_on_the_box.py"
+    program.write_text(
+        f"{inspect.getsource(_import_as_on_the_box)}\n"
+        "import json, sys\n_import_as_on_the_box(*json.loads(sys.argv[1]))\n"
+    )
+    out = tmp_path / "failed.json"
+    args = [sorted(allowed), ours, str(STAND_INS), list(BOX_IMPORTS), str(out)]
+    run = subprocess.run(
+        [sys.executable, str(program), json.dumps(args)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_the_box_imports_the_gpu_steps_sglang_modules_from_its_image_and_the_packed_site(tmp_path):
+    """The box has its image and the packed site, nothing else: a distribution that an import of
+    the GPU steps' modules loads but that is in neither fails there only, after a GPU run has
+    started (``sniffio``, which SGLang's anyio imports, did in ``backend`` and ``vsupstream``).
+    Here, everything else is blocked and the same modules are imported on the CPU."""
+    failed = _box_import_failures(tmp_path)
+    assert not failed, (
+        "on the GPU box these would fail to import:\n"
+        + "".join(
+            f"  {module}: {f['error']} (distribution: {', '.join(f['distributions']) or '?'})\n"
+            for module, f in failed.items()
+        )
+        + "add each missing module's distribution to SGLANG_NEEDS in scripts/fetch-gpu-wheels, "
+        "then rerun scripts/fetch-gpu-wheels"
+    )
+
+
+@pytest.mark.slow
+def test_the_box_import_check_catches_a_distribution_left_out(tmp_path):
+    """The planted bug: ``sniffio`` taken out of what the box has (as before it was added to
+    ``SGLANG_NEEDS``) must make the check above report it, and only it, missing."""
+    failed = _box_import_failures(tmp_path, without=["sniffio"])
+    assert "sglang.srt.layers.attention.dsa_backend" in failed, failed
+    assert {f["missing"] for f in failed.values()} == {"sniffio"}, failed
