@@ -1,7 +1,10 @@
 """Small fake OpenAI-compatible servers (threads), one per behaviour the http engine must judge.
 
 :class:`Fake` serves ``/v1/models``, ``/v1/completions``, ``/flush_cache`` (unless
-``flush=False``: 404, no flush) and ``/get_server_info`` (when ``info`` is given). Its completion
+``flush=False``: 404, no flush), ``/get_server_info`` (when ``info`` is given) and, with
+``native=True``, SGLang's ``/generate`` in its shape (``meta_info.output_token_logprobs`` as
+``[logprob, id, text]``, ``output_top_logprobs``): a stand-in for SGLang's HTTP server, which
+cannot run on a CPU machine; the shape is read off SGLang's ``TokenizerManager``. Its completion
 is :meth:`Fake.tokens` of the prompt, an honest function of the prompt alone, with top-2
 logprobs whose margin is wide; a subclass changes one thing. ``nth`` counts earlier requests
 with the same prompt: 0 is the reference, 1 the batch, 2 the reference after the batch.
@@ -32,8 +35,16 @@ def honest(prompt: str, n: int) -> list[str]:
 class Fake:
     """The honest server; override :meth:`tokens` (or :meth:`choice`) for a behaviour."""
 
-    def __init__(self, *, flush: bool = True, info: dict | None = None, logprobs: bool = True):
-        self.flush, self.info, self.logprobs = flush, info, logprobs
+    def __init__(
+        self,
+        *,
+        flush: bool = True,
+        info: dict | None = None,
+        logprobs: bool = True,
+        native: bool = False,
+    ):
+        self.flush, self.info, self.logprobs, self.native = flush, info, logprobs, native
+        self.native_calls = 0
         self.lock = threading.Lock()
         self.seen: dict[str, int] = {}
         self.in_flight: dict[int, str] = {}
@@ -51,18 +62,36 @@ class Fake:
 
     def choice(self, prompt: str, n: int, nth: int, others: list[str], lp: bool) -> dict:
         toks = self.tokens(prompt, n, nth, others)
-        out: dict = {"index": 0, "text": "".join(toks), "finish_reason": "length"}
+        text = "".join(self.token_text(t) for t in toks)
+        out: dict = {"index": 0, "text": text, "finish_reason": "length"}
         if lp and self.logprobs:
             tops = [
                 {t: -0.05, f"{t}#": -0.05 - m}
                 for t, m in zip(toks, self.margins(prompt, toks, nth), strict=True)
             ]
-            out["logprobs"] = {"tokens": toks, "top_logprobs": tops}
+            out["logprobs"] = {
+                "tokens": [self.token_text(t) for t in toks],
+                "top_logprobs": [{self.token_text(k): v for k, v in t.items()} for t in tops],
+            }
         return {"choices": [out], "usage": {"completion_tokens": len(toks)}}
+
+    def token_id(self, tok: str) -> int:
+        """The id ``/generate`` answers for a token (the completions API shows ``tok``)."""
+        return zlib.crc32(tok.encode()) % 50000
+
+    def token_text(self, tok: str) -> str:
+        """The decoded text of one token, as both APIs show it."""
+        return tok
 
     # serving ------------------------------------------------------------------------------
     def complete(self, body: dict) -> dict:
         prompt, n = str(body["prompt"]), int(body.get("max_tokens", 16))
+        lp = body.get("logprobs") is not None
+        return self.answer(prompt, lambda nth, others: self.choice(prompt, n, nth, others, lp))
+
+    def answer(self, prompt: str, reply):
+        """``reply(nth, others)`` with the request counted, in flight, and the batch held until
+        a second request has arrived."""
         warm = WARM in prompt
         with self.lock:
             nth = self.seen.get(prompt, 0)
@@ -79,14 +108,44 @@ class Fake:
                 self.gate.wait(10)
             with self.lock:
                 others = [p for t, p in self.in_flight.items() if t != me and WARM not in p]
-            return self.choice(prompt, n, nth, sorted(others), body.get("logprobs") is not None)
+            return reply(nth, sorted(others))
         finally:
             with self.lock:
                 del self.in_flight[me]
 
+    def generate(self, body: dict) -> dict:
+        """SGLang's ``/generate``: :meth:`tokens` by id, the runner-up of each a distinct id."""
+        prompt = str(body["text"])
+        n = int((body.get("sampling_params") or {}).get("max_new_tokens", 16))
+        return self.answer(prompt, lambda nth, others: self.native_reply(prompt, n, nth, others))
+
+    def native_reply(self, prompt: str, n: int, nth: int, others: list[str]) -> dict:
+        toks = self.tokens(prompt, n, nth, others)
+        ids = [self.token_id(t) for t in toks]
+        text = "".join(self.token_text(t) for t in toks)
+        meta = {
+            "output_token_logprobs": [
+                [-0.05, i, self.token_text(t)] for i, t in zip(ids, toks, strict=True)
+            ],
+            "output_top_logprobs": [
+                [
+                    [-0.05, self.token_id(t), self.token_text(t)],
+                    [-0.05 - m, self.token_id(f"{t}#"), self.token_text(f"{t}#")],
+                ]
+                for t, m in zip(toks, self.margins(prompt, toks, nth), strict=True)
+            ],
+            "completion_tokens": len(toks),
+            "finish_reason": {"type": "length", "length": n},
+        }
+        return {"text": text, "output_ids": ids, "meta_info": meta}
+
     def post(self, path: str, body: dict) -> tuple[int, dict]:
         if path == "/v1/completions":
             return 200, self.complete(body)
+        if path == "/generate" and self.native:
+            with self.lock:
+                self.native_calls += 1
+            return 200, self.generate(body)
         if path == "/flush_cache" and self.flush:
             with self.lock:
                 self.events.append("flush")
@@ -275,3 +334,26 @@ class HugeText(Fake):
 
     def tokens(self, prompt: str, n: int, nth: int, others: list[str]) -> list[str]:
         return [" " + "x" * self.size]
+
+
+class ByteTokens(Fake):
+    """Every token decodes to U+FFFD (a byte that is not a whole UTF-8 character, as a
+    byte-level vocabulary or CJK text gives), ids distinct. ``swap_at``: in the batch, the token
+    there is another id that decodes alike; ``tie``: the top two there are 0 nats apart."""
+
+    def __init__(self, swap_at: int | None = None, tie: bool = False, **kw) -> None:
+        super().__init__(**kw)
+        self.swap_at, self.tie = swap_at, tie
+
+    def token_text(self, tok: str) -> str:
+        return "\ufffd"
+
+    def tokens(self, prompt: str, n: int, nth: int, others: list[str]) -> list[str]:
+        toks = honest(prompt, n)
+        if nth == 1 and self.swap_at is not None and n > self.swap_at:  # the batch
+            k = self.swap_at
+            return [*toks[:k], f"{toks[k]}#", *toks[k + 1 :]]
+        return toks
+
+    def margins(self, prompt: str, toks: list[str], nth: int) -> list[float]:
+        return [0.0 if self.tie and k == self.swap_at else WIDE for k in range(len(toks))]

@@ -273,10 +273,13 @@ def check_refusals(base: list[str], out: Path, rows: list[dict] | None = None) -
 
 
 def _outcomes(report: Path) -> dict[str, dict]:
-    """request -> its verdict, first differing token and outputs, from a cpkv-validate report."""
+    """request -> its verdict, first differing token and outputs, from a cpkv-validate report:
+    the generated tokens (token ids on SGLang, where texts that decode alike may differ), else
+    the text of older reports."""
     rows = json.loads(report.read_text())["scenarios"][0]["requests"]
     return {r["request"]: {"verdict": r["verdict"], "first_bad": r["first_bad"],
-                           "outputs": r["detail"]["outputs"]} for r in rows}  # fmt: skip
+                           "outputs": r["detail"].get("generated") or r["detail"]["outputs"]}
+            for r in rows}  # fmt: skip
 
 
 def _fails(outcomes: dict[str, dict]) -> list[str]:
@@ -285,7 +288,7 @@ def _fails(outcomes: dict[str, dict]) -> list[str]:
 
 def against_plain(out: Path, rows: list[dict]) -> None:
     """Each configuration beside its control (``plain-<config>``) where both were validated in
-    this run: how many requests' batch-size-1 reference and batch outputs are the same text, and
+    this run: how many requests' batch-size-1 reference and batch outputs are the same, and
     which requests FAILed in each (``request@token``). At CP 1 no hook replaces a kernel a request
     runs, so a FAIL the control shows too, on the same outputs, is SGLang's behaviour at batch
     size 8 and not the plugin's; a FAIL the control lacks is the plugin's to explain."""

@@ -119,3 +119,24 @@ def test_a_report_that_cannot_be_read_is_said_not_compared(tmp_path):
     rows = rows_for("fp8", "plain-fp8")
     serve_suite.against_plain(tmp_path, rows)
     assert serve_suite.plain_note(rows[0]).startswith("vs plain-fp8: not compared (JSONDecodeError")
+
+
+def test_outputs_that_read_alike_but_differ_by_token_id_are_not_the_same(tmp_path):
+    """cpkv-validate's reports carry the generated token ids (SGLang's /generate): two byte
+    tokens that both decode to U+FFFD are different tokens, and the comparison says so."""
+    report(tmp_path / "validate-fp8.json", {"r0": ("PASS", None, "\ufffd\ufffd", "\ufffd\ufffd")})
+    report(
+        tmp_path / "validate-plain-fp8.json",
+        {"r0": ("PASS", None, "\ufffd\ufffd", "\ufffd\ufffd")},
+    )
+    for name, batch in (("fp8", ["7", "9"]), ("plain-fp8", ["7", "11"])):
+        path = tmp_path / f"validate-{name}.json"
+        data = json.loads(path.read_text())
+        data["scenarios"][0]["requests"][0]["detail"]["generated"] = {
+            "reference": ["7", "9"], "batch": batch, "reference_after": ["7", "9"],
+        }  # fmt: skip
+        path.write_text(json.dumps(data))
+    rows = rows_for("fp8", "plain-fp8")
+    serve_suite.against_plain(tmp_path, rows)
+    found = rows[0]["against_plain"]
+    assert found["same_reference"] == 1 and found["same_batch"] == 0  # by text: 1 and 1

@@ -46,6 +46,7 @@ HTTP_ONLY = {
     "drift_epsilon": lim.DRIFT_EPSILON,
     "timeout": 120.0,
     "max_reply_mib": lim.MAX_REPLY_MIB,
+    "api": "auto",
 }
 
 # flag -> (lowest, why not lower, highest, why not higher)

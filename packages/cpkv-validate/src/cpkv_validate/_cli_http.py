@@ -16,6 +16,7 @@ from cpkv_cli import refuse
 
 from . import _limits as lim
 from ._cli_checks import HTTP_ONLY
+from ._client import APIS
 from ._compare import Report
 
 __all__ = ["EPILOG", "add_http_arguments", "http_status", "run_http_args"]
@@ -83,6 +84,15 @@ def add_http_arguments(p: argparse.ArgumentParser) -> None:
         f"{lim.DRIFT_EPSILON:g}",
     )
     http.add_argument(
+        "--api",
+        choices=APIS,
+        help="how completions are asked for: generate (SGLang's /generate: token ids and top "
+        "logprobs by id), completions (/v1/completions: tokens by their text, so different byte "
+        "tokens that decode alike, U+FFFD, compare equal), auto (generate where "
+        "/get_server_info answers, i.e. SGLang, else completions); default "
+        f"{HTTP_ONLY['api']}",
+    )
+    http.add_argument(
         "--timeout",
         type=float,
         help=f"seconds per whole request, connect to last byte, up to {lim.MAX_TIMEOUT_S:.0f}; "
@@ -115,6 +125,7 @@ def run_http_args(args: argparse.Namespace) -> Report:
         timeout=args.timeout,
         max_reply_bytes=args.max_reply_mib << 20,
         show_progress=not args.no_progress,
+        api=args.api,
     )
 
 

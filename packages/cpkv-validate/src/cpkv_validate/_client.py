@@ -1,4 +1,11 @@
-"""A minimal OpenAI ``/v1/completions`` client for the ``http`` engine (standard library only).
+"""A minimal client for the ``http`` engine (standard library only): OpenAI ``/v1/completions``,
+or SGLang's own ``/generate`` where the server is SGLang.
+
+Why ``/generate`` on SGLang: ``/v1/completions`` names tokens by their decoded text and keys its
+top logprobs by that text. A byte token that is not a whole UTF-8 character decodes to U+FFFD,
+so two different tokens read as equal (a real difference hidden) and a top-two pair of them
+collapses into one key (its margin unknown, or taken against the third). Byte-level vocabularies
+and CJK text are full of such tokens. ``/generate`` answers token ids and top logprobs by id.
 
 Each request runs under one deadline and one reply cap (``_transport``). Every way a server can
 fail us is a :class:`ServerError` whose message is one line naming the URL and what came back:
@@ -6,7 +13,8 @@ no answer in time, a refused connection, bytes that are not HTTP, a body cut sho
 an HTTP error status, a body that is not JSON or not shaped like the OpenAI API. The command
 prints that line and exits 2 (exit 1 means contamination).
 
-Tokens are counted from the reply itself: ``logprobs.tokens``, else the words of the text. The
+Tokens are counted from the reply itself: the token ids (``/generate``), else ``logprobs.tokens``,
+else the words of the text. The
 server's ``usage.completion_tokens`` is kept beside that count, never used for it: a server
 answered one word and said 32.
 """
@@ -28,6 +36,11 @@ _WORD = re.compile(r"\S+")
 SERVER_INFO = ("/get_server_info", "/server_info")
 #: Cache flushes: SGLang, vLLM.
 FLUSHES = ("/flush_cache", "/reset_prefix_cache")
+#: SGLang's native generation endpoint (token ids, top logprobs by id).
+NATIVE = "/generate"
+#: Which endpoint generates: ``auto`` takes ``/generate`` where ``/get_server_info`` answered
+#: (SGLang) and falls back to ``/v1/completions`` if ``/generate`` is not there.
+APIS = ("auto", "generate", "completions")
 
 
 @dataclass(frozen=True)
@@ -36,8 +49,9 @@ class Completion:
 
     Attributes:
         text: the generated text (``choices[0].text``, else the tokens joined).
-        tokens: the units compared: ``logprobs.tokens``, else the text split on whitespace.
-        source: ``"logprobs"`` or ``"words"``, where ``tokens`` came from.
+        tokens: the units compared: token ids as decimal strings (``/generate``), else
+            ``logprobs.tokens``, else the text split on whitespace.
+        source: ``"ids"``, ``"logprobs"`` or ``"words"``, where ``tokens`` came from.
         margins: per token, the gap between its top two logprobs (``top_logprobs``), or None
             where the server gave no top logprobs at all.
         usage: the server's own count (``usage.completion_tokens``), or None; shown, not used.
@@ -59,16 +73,25 @@ class CompletionsClient:
         url: server base URL (``http://host:port`` or ``http://host:port/v1``).
         timeout: seconds per whole request, connect to last byte.
         max_reply_bytes: largest reply read; a larger one is refused.
+        api: one of :data:`APIS`; ``generate`` fails where the server has no ``/generate``.
     """
 
     def __init__(
-        self, url: str, timeout: float = 120.0, max_reply_bytes: int = MAX_REPLY_MIB << 20
+        self,
+        url: str,
+        timeout: float = 120.0,
+        max_reply_bytes: int = MAX_REPLY_MIB << 20,
+        api: str = "auto",
     ) -> None:
+        if api not in APIS:
+            raise ValueError(f"api={api!r} is not one of {', '.join(APIS)}")
         base = url.rstrip("/")
         self.base = base if base.endswith("/v1") else base + "/v1"
         self.root = self.base[: -len("/v1")]
         self.timeout, self.max_bytes = timeout, max_reply_bytes
         self.logprobs = True  # ask for top-2 logprobs; dropped if the server refuses them
+        self.api = api
+        self.native = api == "generate"  # auto: set by server_info() when SGLang answers
 
     def _fetch(self, url: str, body: dict | None = None, method: str | None = None) -> Reply:
         data = None if body is None else json.dumps(body).encode()
@@ -117,6 +140,8 @@ class CompletionsClient:
             except (ValueError, RecursionError):
                 continue
             if isinstance(info, dict):
+                if self.api == "auto" and path == SERVER_INFO[0]:
+                    self.native = True
                 return path, info
         return None
 
@@ -129,7 +154,12 @@ class CompletionsClient:
 
     def generate(self, model: str, prompt: str, max_tokens: int, seed: int) -> Completion:
         """Greedy completion of ``prompt`` (temperature 0, top_p 1, ``seed``), with top-2
-        logprobs where the server takes them."""
+        logprobs where the server takes them: by ``/generate`` while :attr:`native`, else by
+        ``/v1/completions``."""
+        if self.native:
+            native = self._generate_native(prompt, max_tokens)
+            if native is not None:
+                return native
         body = {
             "model": model,
             "prompt": prompt,
@@ -152,6 +182,63 @@ class CompletionsClient:
     def complete(self, model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
         """Greedy completion of ``prompt``; the generated tokens (see :meth:`generate`)."""
         return self.generate(model, prompt, max_tokens, seed).tokens
+
+    def _generate_native(self, prompt: str, max_tokens: int) -> Completion | None:
+        """SGLang's ``/generate``, greedy, with the top two logprobs of each output token; None
+        (and ``/v1/completions`` from then on) where ``api`` is auto and the path is not there
+        or answers something other than SGLang's shape (a server answering every path alike)."""
+        url = self.root + NATIVE
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0, "top_p": 1, "max_new_tokens": max_tokens},
+            "return_logprob": True,
+            "top_logprobs_num": 2,
+        }
+        reply = self._fetch(url, body)
+        if reply.status in (404, 405) and self.api == "auto":
+            self.native = False
+            return None
+        if reply.status != 200:
+            raise self._refused(url, reply)
+        try:
+            return self._native(self._json(reply, url), url)
+        except ServerError:
+            if self.api != "auto":
+                raise
+            self.native = False
+            return None
+
+    def _native(self, out: object, url: str) -> Completion:
+        """A ``/generate`` body: ``meta_info.output_token_logprobs`` is ``[logprob, id, text]``
+        per output token, ``meta_info.output_top_logprobs`` the top entries of each."""
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        pairs = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) >= 2 and _is_int(p[1]) for p in pairs
+        ):
+            raise ServerError(
+                f"{url} answered without meta_info.output_token_logprobs as [logprob, token id, "
+                f"text] per token (got {str(out)[:60]!r}); is --url SGLang? (--api completions "
+                f"uses /v1/completions instead)"
+            )
+        text = out.get("text")  # type: ignore[union-attr]
+        if not isinstance(text, str):
+            raise ServerError(f"{url} answered a malformed completion: text is not a string")
+        top = meta.get("output_top_logprobs")  # type: ignore[union-attr]
+        margins = [top2_margin(t) for t in top] if isinstance(top, list) else None
+        if margins is not None and all(m is None for m in margins):
+            margins = None
+        finish = meta.get("finish_reason")  # type: ignore[union-attr]
+        finish = finish.get("type") if isinstance(finish, dict) else finish
+        counted = meta.get("completion_tokens")  # type: ignore[union-attr]
+        return Completion(
+            text=text,
+            tokens=[str(p[1]) for p in pairs],
+            source="ids",
+            margins=margins,
+            usage=counted if type(counted) is int and counted >= 0 else None,
+            finish_reason=finish if isinstance(finish, str) else None,
+        )
 
     def _completion(self, out: object) -> Completion:
         """``choices[0]`` of a completions body, checked field by field."""
@@ -192,8 +279,12 @@ class CompletionsClient:
             finish_reason=finish,
         )
 
-    def _malformed(self, what: str) -> ServerError:
+    def _malformed(self, what: str) -> ServerError:  # (/v1/completions)
         return ServerError(
             f"{self.base}/completions answered a malformed completion: {what}; is --url an "
             f"OpenAI-compatible server?"
         )
+
+
+def _is_int(x: object) -> bool:
+    return type(x) is int

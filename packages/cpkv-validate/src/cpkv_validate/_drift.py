@@ -25,12 +25,17 @@ EXACT, MARGIN = "exact", "margin"
 
 
 def top2_margin(top: object) -> float | None:
-    """The gap between the two largest logprobs of one position's ``top_logprobs`` entry (a
-    ``{token: logprob}`` dict), or None when it holds fewer than two numbers."""
-    if not isinstance(top, dict):
+    """The gap between the two largest logprobs of one position's top entries, or None when it
+    holds fewer than two numbers: OpenAI's ``{token text: logprob}`` dict, or SGLang's
+    ``[[logprob, token id, text], ...]`` list (one entry per id: texts may repeat)."""
+    if isinstance(top, dict):
+        raw = list(top.values())
+    elif isinstance(top, list):
+        raw = [e[0] for e in top if isinstance(e, list | tuple) and e]
+    else:
         return None
     values = sorted(
-        (float(v) for v in top.values() if isinstance(v, int | float) and not isinstance(v, bool)),
+        (float(v) for v in raw if isinstance(v, int | float) and not isinstance(v, bool)),
         reverse=True,
     )
     return values[0] - values[1] if len(values) >= 2 else None

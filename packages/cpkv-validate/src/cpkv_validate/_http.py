@@ -84,6 +84,7 @@ def run_http(
     timeout: float = 120.0,
     max_reply_bytes: int = MAX_REPLY_MIB << 20,
     show_progress: bool = True,
+    api: str = "auto",
 ) -> Report:
     """Reference (alone, before and after) vs batch (concurrent) greedy completions.
 
@@ -95,6 +96,8 @@ def run_http(
             (0: every difference is a leak).
         timeout: seconds per whole request; ``max_reply_bytes``: largest reply read.
         show_progress: a bar on a terminal stderr, else a line per completion.
+        api: ``auto`` (SGLang's ``/generate`` where ``/get_server_info`` answers, token ids
+            compared), ``generate`` or ``completions`` (``_client.APIS``).
 
     Raises:
         ServerError: a transport or protocol failure (one line).
@@ -102,7 +105,7 @@ def run_http(
     """
     n_cmp = _check(concurrency, max_tokens, compare_tokens, min_compared)
     t0 = time.perf_counter()
-    client = CompletionsClient(url, timeout, max_reply_bytes)
+    client = CompletionsClient(url, timeout, max_reply_bytes, api)
     if model is None:
         served = client.models()
         model = served[0] if served else "default"
@@ -163,8 +166,10 @@ def run_http(
         "diff_unit": f"differing token positions among the first {n_cmp} generated",
         "evidence_rule": (
             f"at least {min_compared} tokens compared per request, counted from the reply "
-            f"(logprob tokens, else words of the text; never usage), else {SHORT}"
+            f"(token ids or logprob tokens, else words of the text; never usage), else {SHORT}"
         ),
+        "api": api,
+        "endpoint": "/generate" if client.native else "/v1/completions",
         "token_source": _token_source(runs),
         "drift_rule": rule.kind,
         "drift_epsilon": rule.epsilon if rule.kind == MARGIN else None,
@@ -216,7 +221,11 @@ def _rule(
 
 def _token_source(runs: dict[str, list[Completion]]) -> str:
     sources = {c.source for outs in runs.values() for c in outs}
-    names = {"logprobs": "logprobs.tokens", "words": "whitespace-split text"}
+    names = {
+        "ids": "token ids (SGLang /generate)",
+        "logprobs": "logprobs.tokens",
+        "words": "whitespace-split text",
+    }
     return " + ".join(sorted(names[s] for s in sources))
 
 

@@ -95,6 +95,8 @@ def judge(
         evidence={k: evidence_text(mine[k]) for k in RUNS},
         detail={
             "outputs": {k: mine[k].text for k in RUNS},
+            # every generated token (ids from /generate): texts that decode alike may differ
+            "generated": {k: mine[k].tokens for k in RUNS},
             "compared_tokens": compared,
             "tokens": {k: len(mine[k].tokens) for k in RUNS},
             "usage_completion_tokens": {k: mine[k].usage for k in RUNS},
