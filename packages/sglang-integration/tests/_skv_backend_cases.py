@@ -32,6 +32,7 @@ attention page table, which the PAGED transforms and the fused top-k map positio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,6 +54,25 @@ CONFIGS: tuple[Config, ...] = (
     Config("trtllm/fp8+fused", "trtllm", "fp8_e4m3", 32, fused_topk=True, capability=SM100,
            cps=(2,)),
 )  # fmt: skip
+
+#: FlashMLA's sparse prefill takes the top-k in blocks of 128 on SM90 (it asserts ``topk % 128
+#: == 0``; found on an H100 with the suite's top-k of 32). The torch stand-in on a CPU has no such
+#: rule, and the small top-k keeps the CPU runs selective; on the GPU the top-k is raised to it.
+FLASHMLA_SPARSE_TOPK_BLOCK = 128
+
+
+def on_device(config: Config, device_type: str) -> Config:
+    """``config`` as it runs on ``device_type``: under CUDA, flashmla_sparse's top-k rounded up
+    to :data:`FLASHMLA_SPARSE_TOPK_BLOCK` (the rows past each request's keys are -1 padding)."""
+    block = FLASHMLA_SPARSE_TOPK_BLOCK
+    if (
+        device_type != "cuda"
+        or config.backend != "flashmla_sparse"
+        or config.index_topk % block == 0
+    ):
+        return config
+    return dataclasses.replace(config, index_topk=-(-config.index_topk // block) * block)
+
 
 SCENARIO = Scenario(
     "radix_chunk_fresh",

@@ -68,7 +68,8 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
      "q_fp8 wrapped so its device reads cpu:0", "cpu"),
     ("dsa_backend._compiled_cat (torch.compile)", "inductor would build C++ per shape",
      "its own function, eager", "both"),
-    ("the modules sgl_kernel, sgl_kernel.quantization, sgl_kernel.kvcacheio and IPython (where "
+    ("the modules sgl_kernel, sgl_kernel.quantization, sgl_kernel.kvcacheio, sgl_kernel.utils and "
+     "IPython (where "
      "not installed)", "the GPU box has neither (sgl-kernel is 1.2 GB); SGLang imports them at "
      "module level on CUDA", "modules whose every function raises when called (IPython.display "
      "a no-op): the DSA path under test calls none of them, and a call would fail loudly", "gpu"),
@@ -159,7 +160,14 @@ def _source_module(obj: Any) -> str:
     return getattr(fn, "__module__", "") or ""
 
 
-_KERNEL_MODULES = ("sgl_kernel", "sgl_kernel.quantization", "sgl_kernel.kvcacheio")
+#: ``sgl_kernel.utils``: SGLang's Triton attention backend imports ``is_arch_support_pdl`` at module
+#: level on CUDA only (``eagle_worker_v2`` imports that backend), so a CPU run never asks for it.
+_KERNEL_MODULES = (
+    "sgl_kernel",
+    "sgl_kernel.quantization",
+    "sgl_kernel.kvcacheio",
+    "sgl_kernel.utils",
+)
 
 
 def _raising_module(name: str) -> types.ModuleType:

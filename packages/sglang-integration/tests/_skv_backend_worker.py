@@ -208,7 +208,12 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                              f"cpkv_backend_cp{cp}", local_rank=local_rank)
             for cp in opts["cps"]
         }  # fmt: skip
-        configs = [c for c in cases.CONFIGS if not opts["configs"] or c.name in opts["configs"]]
+        configs = [
+            cases.on_device(c, device.type)
+            for c in cases.CONFIGS
+            if not opts["configs"] or c.name in opts["configs"]
+        ]
+        result["index_topk"] = {c.name: c.index_topk for c in configs}
         replicas: dict[str, dict] = {}  # the replica's records per deployment, for same_rows
         with pytest.MonkeyPatch.context() as mp, stand_ins.installed(mp, device) as calls:
             result["originals_replaced"] = stand_ins.check_originals()

@@ -69,3 +69,22 @@ def test_flashmla_kv_row_reader_equals_sglangs_kernel(packed):
 
     table = torch.tensor(TABLE, dtype=torch.int32)
     _same_rows(dequantize_packed(packed[table.long()]), _interpreted_dequant(packed, table))
+
+
+def test_on_the_gpu_flashmlas_sparse_prefill_gets_a_top_k_in_blocks_of_128():
+    """On an H100 the suite's flashmla_sparse configurations (top-k 32) stopped at FlashMLA's
+    ``topk % 128 == 0`` assertion; the CPU stand-in has no such rule and keeps the small top-k."""
+    import _skv_backend_cases as cases
+
+    block = cases.FLASHMLA_SPARSE_TOPK_BLOCK
+    sparse = [c for c in cases.CONFIGS if c.backend == "flashmla_sparse"]
+    assert sparse and all(c.index_topk % block for c in sparse)  # the CPU top-k, selective
+    for config in cases.CONFIGS:
+        gpu, cpu = cases.on_device(config, "cuda"), cases.on_device(config, "cpu")
+        assert cpu == config
+        if config.backend == "flashmla_sparse":
+            assert gpu.index_topk % block == 0 and gpu.index_topk >= config.index_topk
+            assert gpu.index_topk - config.index_topk < block
+            assert gpu.name == config.name and gpu.kv_dtype == config.kv_dtype
+        else:
+            assert gpu == config
