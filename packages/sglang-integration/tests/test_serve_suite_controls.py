@@ -140,3 +140,26 @@ def test_outputs_that_read_alike_but_differ_by_token_id_are_not_the_same(tmp_pat
     serve_suite.against_plain(tmp_path, rows)
     found = rows[0]["against_plain"]
     assert found["same_reference"] == 1 and found["same_batch"] == 0  # by text: 1 and 1
+
+
+NO_EVIDENCE = (
+    "table\ncpkv-validate: error: not enough evidence: 1 of 8 requests compared fewer than "
+    "--min-compared 8 tokens (counted from the replies, not usage), so matching outputs prove "
+    "little; the table shows each run's tokens"
+)
+
+
+def test_exit_2_of_cpkv_validate_is_inconclusive_not_fail_except_for_the_planted_fault():
+    row = {"config": "fp8", "requests_ok": True, "validate_exit": 2, "validate_tail": NO_EVIDENCE}
+    assert serve_suite.verdict_of(row) == "INCONCLUSIVE"
+    assert serve_suite.validate_line(row) == (
+        "not enough evidence: 1 of 8 requests compared fewer than --min-compared 8 tokens"
+    )
+    assert "| fp8 | INCONCLUSIVE |" in serve_suite.suite_table([row])
+    # the planted fault must be found: no evidence is a failed check
+    assert serve_suite.verdict_of({**row, "config": "planted-fault"}) == "FAIL"
+    # a server that did not answer, or a check stopped on the way, is no inconclusive run
+    assert serve_suite.verdict_of({**row, "requests_ok": False}) == "FAIL"
+    assert serve_suite.verdict_of({**row, "error": "stopped by SIGTERM"}) == "FAIL"
+    assert serve_suite.verdict_of({**row, "validate_exit": 1}) == "FAIL"
+    assert serve_suite.verdict_of({**row, "ok": True}) == "PASS"
