@@ -574,11 +574,17 @@ def _prefill(row: dict) -> str:
     return f"{row.get('prefill', '')}" + (f" ({heads})" if heads else "")
 
 
+def _gpu(row: dict) -> str:
+    """The GPU a row ran on, short (``H100``): rows of several runs share the page."""
+    return (row.get("gpu_name") or "?").removeprefix("NVIDIA ").split()[0]
+
+
 def sections(rows: list[dict]) -> dict[str, str]:
     import benchkit
 
     case_rows = [r for r in rows if not r["case"].startswith("TTFT")]
     header = [
+        "GPU",
         "case",
         "CP",
         "pool",
@@ -598,6 +604,7 @@ def sections(rows: list[dict]) -> dict[str, str]:
     ]
     body = [
         [
+            _gpu(r),
             r["case"],
             r["cp"],
             r["pool"],
@@ -620,6 +627,7 @@ def sections(rows: list[dict]) -> dict[str, str]:
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     ttft_table = benchkit.markdown_table(
         [
+            "GPU",
             "model",
             "pool",
             "prefill (heads)",
@@ -628,6 +636,7 @@ def sections(rows: list[dict]) -> dict[str, str]:
         ],
         [
             [
+                _gpu(r),
                 r["case"],
                 r["pool"],
                 _prefill(r),
@@ -673,7 +682,8 @@ def figure(rows: list[dict]):
     ttft = [r for r in rows if r["case"].startswith("TTFT")]
     if ttft:
         lines = [
-            benchkit.Line(f"{r['pool']} {_prefill(r)}", [t / 1024 for t in r["tokens_done"]],
+            benchkit.Line(f"{_gpu(r)} {r['pool']} {_prefill(r)}",
+                          [t / 1024 for t in r["tokens_done"]],
                           [ms / 1e3 for ms in r["cumulative_ms_serial"]])
             for r in ttft if "tokens_done" in r
         ]  # fmt: skip
