@@ -89,9 +89,11 @@ def run(prompts: int, tokens: int) -> dict:
     from glm_config import TINY_SHARPEN, write_tiny_checkpoint
     from tokenizers import Tokenizer
 
-    folder = write_tiny_checkpoint(tempfile.mkdtemp(prefix="tiny-glm51-"), weights=True)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    fp32 = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with tempfile.TemporaryDirectory(prefix="tiny-glm51-") as tmp:  # ~185 MB, gone once loaded
+        folder = write_tiny_checkpoint(tmp, weights=True)
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        fp32 = model.eval()
     bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
     models = {
         "fp32": fp32,
