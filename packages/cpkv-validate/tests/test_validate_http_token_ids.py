@@ -113,3 +113,64 @@ def test_under_auto_a_generate_not_shaped_like_sglangs_falls_back_to_completions
 def test_an_unknown_api_is_refused():
     with pytest.raises(ValueError, match="not one of auto, generate, completions"):
         CompletionsClient("http://127.0.0.1:1", api="grpc")
+
+
+class _GenerateGoesAway(Fake):
+    """Answers ``/generate`` ``n`` times, then 404 (a proxy that lost its SGLang route)."""
+
+    def __init__(self, n: int, **kw) -> None:
+        super().__init__(**kw)
+        self.n = n
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        if path == "/generate" and self.native_calls >= self.n:
+            return 404, {"detail": "Not Found"}
+        return super().post(path, body)
+
+
+def test_after_generate_answered_a_failure_is_an_error_not_a_silent_switch_to_text(tmp_path):
+    """Ids from the first runs against text from the later ones would differ everywhere: a false
+    contamination report. Before any /generate reply the fallback stands."""
+    run, _rows, _cfg = _run(_GenerateGoesAway(3, info=SGLANG_INFO, native=True), tmp_path)
+    assert run.code == 2, run
+    assert "/generate answered HTTP 404" in run.err and run.err.count("\n") == 1
+    run, _rows, cfg = _run(_GenerateGoesAway(0, info=SGLANG_INFO, native=True), tmp_path)
+    assert run.code == 0 and cfg["endpoint"] == "/v1/completions", run
+
+
+class _RefusesLogprobs(Fake):
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        if path == "/generate" and body.get("return_logprob"):
+            return 400, {"detail": "logprobs are not enabled"}
+        return super().post(path, body)
+
+
+def test_under_auto_a_generate_that_refuses_the_request_falls_back(tmp_path):
+    run, rows, cfg = _run(_RefusesLogprobs(info=SGLANG_INFO, native=True), tmp_path)
+    assert run.code == 0, run
+    assert cfg["endpoint"] == "/v1/completions" and {r["verdict"] for r in rows} == {"PASS"}
+
+
+class _IdsOnly(ByteTokens):
+    """``/generate`` without logprobs in its answer (only ``output_ids``)."""
+
+    def native_reply(self, prompt: str, n: int, nth: int, others: list[str]) -> dict:
+        out = super().native_reply(prompt, n, nth, others)
+        return {"text": out["text"], "output_ids": out["output_ids"], "meta_info": {}}
+
+
+def test_output_ids_alone_are_compared_exactly(tmp_path):
+    run, rows, cfg = _run(_IdsOnly(swap_at=3, info=SGLANG_INFO, native=True), tmp_path)
+    assert run.code == 1, run  # the swapped id is found; no margins, so the rule is exact
+    assert cfg["drift_rule"] == "exact" and {r["first_bad"] for r in rows} == {3}
+
+
+def test_a_position_without_top_logprobs_has_no_margin():
+    assert top2_margin(None) is None
+    with serve(ByteTokens(info=SGLANG_INFO, native=True)) as url:
+        client = CompletionsClient(url, timeout=10, api="generate")
+        body = {"meta_info": {"output_token_logprobs": [[-0.1, 5, "a"], [-0.2, 6, "b"]],
+                              "output_top_logprobs": [None, [[-0.2, 6, "b"], [-0.9, 7, "c"]]]},
+                "text": "ab"}  # fmt: skip
+        out = client._native(body, url)
+    assert out.tokens == ["5", "6"] and out.margins == [None, pytest.approx(0.7)]

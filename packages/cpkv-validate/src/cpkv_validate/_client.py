@@ -92,6 +92,7 @@ class CompletionsClient:
         self.logprobs = True  # ask for top-2 logprobs; dropped if the server refuses them
         self.api = api
         self.native = api == "generate"  # auto: set by server_info() when SGLang answers
+        self.native_used = False  # a /generate reply was used: no fallback from then on
 
     def _fetch(self, url: str, body: dict | None = None, method: str | None = None) -> Reply:
         data = None if body is None else json.dumps(body).encode()
@@ -140,7 +141,7 @@ class CompletionsClient:
             except (ValueError, RecursionError):
                 continue
             if isinstance(info, dict):
-                if self.api == "auto" and path == SERVER_INFO[0]:
+                if self.api == "auto":  # SGLang's (either path): its /generate has token ids
                     self.native = True
                 return path, info
         return None
@@ -153,9 +154,9 @@ class CompletionsClient:
         return None
 
     def generate(self, model: str, prompt: str, max_tokens: int, seed: int) -> Completion:
-        """Greedy completion of ``prompt`` (temperature 0, top_p 1, ``seed``), with top-2
-        logprobs where the server takes them: by ``/generate`` while :attr:`native`, else by
-        ``/v1/completions``."""
+        """Greedy completion of ``prompt`` (temperature 0, top_p 1), with top-2 logprobs where
+        the server takes them: by ``/generate`` while :attr:`native` (see
+        :meth:`_generate_native`), else by ``/v1/completions`` (with ``model`` and ``seed``)."""
         if self.native:
             native = self._generate_native(prompt, max_tokens)
             if native is not None:
@@ -184,9 +185,15 @@ class CompletionsClient:
         return self.generate(model, prompt, max_tokens, seed).tokens
 
     def _generate_native(self, prompt: str, max_tokens: int) -> Completion | None:
-        """SGLang's ``/generate``, greedy, with the top two logprobs of each output token; None
-        (and ``/v1/completions`` from then on) where ``api`` is auto and the path is not there
-        or answers something other than SGLang's shape (a server answering every path alike)."""
+        """SGLang's ``/generate``, greedy, with the top two logprobs of each output token.
+
+        Under ``api="auto"``, before any ``/generate`` reply was used: None (and
+        ``/v1/completions`` from then on) where the path is not there (404, 405), refuses the
+        body (400, 422), or answers something not shaped like SGLang's (a server answering every
+        path alike). After one was used, a failure is a :class:`ServerError`: switching to text
+        mid-run would compare text tokens with ids. No ``seed`` and no ``model`` are sent:
+        ``/generate`` serves its one model, and greedy decoding draws nothing.
+        """
         url = self.root + NATIVE
         body = {
             "text": prompt,
@@ -194,46 +201,61 @@ class CompletionsClient:
             "return_logprob": True,
             "top_logprobs_num": 2,
         }
+        may_fall_back = self.api == "auto" and not self.native_used
         reply = self._fetch(url, body)
-        if reply.status in (404, 405) and self.api == "auto":
+        if reply.status in (400, 404, 405, 422) and may_fall_back:
             self.native = False
             return None
         if reply.status != 200:
-            raise self._refused(url, reply)
+            raise ServerError(
+                one_line(
+                    f"{url} answered HTTP {reply.status} {reply.reason}; is --url SGLang? "
+                    f"(--api completions asks /v1/completions instead)"
+                )
+            )
         try:
-            return self._native(self._json(reply, url), url)
+            out = self._native(self._json(reply, url), url)
         except ServerError:
-            if self.api != "auto":
+            if not may_fall_back:
                 raise
             self.native = False
             return None
+        self.native_used = True
+        return out
 
     def _native(self, out: object, url: str) -> Completion:
         """A ``/generate`` body: ``meta_info.output_token_logprobs`` is ``[logprob, id, text]``
-        per output token, ``meta_info.output_top_logprobs`` the top entries of each."""
+        per output token, ``meta_info.output_top_logprobs`` the top entries of each (None for a
+        position without them); without logprobs, ``output_ids`` alone (no margins)."""
         meta = out.get("meta_info") if isinstance(out, dict) else None
-        pairs = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
-        if not isinstance(pairs, list) or not all(
+        meta = meta if isinstance(meta, dict) else {}
+        pairs = meta.get("output_token_logprobs")
+        if isinstance(pairs, list) and all(
             isinstance(p, list) and len(p) >= 2 and _is_int(p[1]) for p in pairs
         ):
+            ids = [p[1] for p in pairs]
+            top = meta.get("output_top_logprobs")
+        else:
+            ids = out.get("output_ids") if isinstance(out, dict) else None
+            top = None
+        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
             raise ServerError(
-                f"{url} answered without meta_info.output_token_logprobs as [logprob, token id, "
-                f"text] per token (got {str(out)[:60]!r}); is --url SGLang? (--api completions "
-                f"uses /v1/completions instead)"
+                f"{url} answered without token ids (meta_info.output_token_logprobs as [logprob, "
+                f"token id, text] per token, or output_ids; got {str(out)[:60]!r}); is --url "
+                f"SGLang? (--api completions uses /v1/completions instead)"
             )
         text = out.get("text")  # type: ignore[union-attr]
         if not isinstance(text, str):
             raise ServerError(f"{url} answered a malformed completion: text is not a string")
-        top = meta.get("output_top_logprobs")  # type: ignore[union-attr]
         margins = [top2_margin(t) for t in top] if isinstance(top, list) else None
         if margins is not None and all(m is None for m in margins):
             margins = None
-        finish = meta.get("finish_reason")  # type: ignore[union-attr]
+        finish = meta.get("finish_reason")
         finish = finish.get("type") if isinstance(finish, dict) else finish
-        counted = meta.get("completion_tokens")  # type: ignore[union-attr]
+        counted = meta.get("completion_tokens")
         return Completion(
             text=text,
-            tokens=[str(p[1]) for p in pairs],
+            tokens=[str(i) for i in ids],
             source="ids",
             margins=margins,
             usage=counted if type(counted) is int and counted >= 0 else None,
