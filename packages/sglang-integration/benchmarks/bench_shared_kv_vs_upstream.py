@@ -576,7 +576,7 @@ def _prefill(row: dict) -> str:
 
 def _gpu(row: dict) -> str:
     """The GPU a row ran on, short (``H100``): rows of several runs share the page."""
-    return (row.get("gpu_name") or "?").removeprefix("NVIDIA ").split()[0]
+    return ((row.get("gpu_name") or "").removeprefix("NVIDIA ").split() or ["?"])[0]
 
 
 def sections(rows: list[dict]) -> dict[str, str]:

@@ -26,7 +26,9 @@ Usage (on the GPU box, SGLang and the cpkv packages importable; ``scripts/gpu-su
     python3 serve_suite.py --out DIR [--model DIR] [--tp N] [--attn-cp-size N] [--only NAME ...]
 
 Writes ``DIR/serve-suite.json`` (every check with its evidence), ``DIR/serve-suite.md``, and the
-server logs under ``DIR/logs/``. Exit 0 when every check passed, 1 otherwise.
+server logs under ``DIR/logs/``. A check's verdict is PASS, FAIL or INCONCLUSIVE (the server
+answered and ``cpkv-validate`` found too little evidence to decide: :func:`verdict_of`). Exit 0
+when every check passed, 1 otherwise (an inconclusive check is not a pass).
 """
 
 from __future__ import annotations
@@ -342,16 +344,22 @@ def compiled(row: dict) -> str:
 
 
 def verdict_of(row: dict) -> str:
-    """PASS; INCONCLUSIVE where the server answered and cpkv-validate ended with exit 2 (not
-    enough evidence: a near-tie drift early in a request leaves too few tokens compared), which
-    is no finding either way, except for the planted fault, which must be found (exit 1); else
-    FAIL."""
+    """PASS; INCONCLUSIVE where the server answered, its hooks applied (a control has none), and
+    cpkv-validate refused with "not enough evidence" (exit 2: a near-tie drift early in a request
+    leaves too few tokens compared), which is no finding either way; else FAIL. Any other exit 2
+    (a server that stopped answering, no batch formed) is a FAIL, and so is every outcome of the
+    planted fault but exit 1 (it must be found)."""
     if row.get("ok"):
         return "PASS"
-    inconclusive = row.get("validate_exit") == 2 and row.get("requests_ok")
-    if inconclusive and not row.get("error") and row.get("config") != "planted-fault":
-        return "INCONCLUSIVE"
-    return "FAIL"
+    inconclusive = (
+        row.get("validate_exit") == 2
+        and row.get("requests_ok")
+        and not row.get("error")
+        and row.get("config") != "planted-fault"
+        and (row.get("hooks_ok") or row.get("config") in CONTROLS)
+        and validate_line(row).startswith("not enough evidence")
+    )
+    return "INCONCLUSIVE" if inconclusive else "FAIL"
 
 
 def validate_line(row: dict) -> str:

@@ -150,7 +150,10 @@ NO_EVIDENCE = (
 
 
 def test_exit_2_of_cpkv_validate_is_inconclusive_not_fail_except_for_the_planted_fault():
-    row = {"config": "fp8", "requests_ok": True, "validate_exit": 2, "validate_tail": NO_EVIDENCE}
+    row = {
+        "config": "fp8", "requests_ok": True, "hooks_ok": True, "validate_exit": 2,
+        "validate_tail": NO_EVIDENCE,
+    }  # fmt: skip
     assert serve_suite.verdict_of(row) == "INCONCLUSIVE"
     assert serve_suite.validate_line(row) == (
         "not enough evidence: 1 of 8 requests compared fewer than --min-compared 8 tokens"
@@ -163,3 +166,12 @@ def test_exit_2_of_cpkv_validate_is_inconclusive_not_fail_except_for_the_planted
     assert serve_suite.verdict_of({**row, "error": "stopped by SIGTERM"}) == "FAIL"
     assert serve_suite.verdict_of({**row, "validate_exit": 1}) == "FAIL"
     assert serve_suite.verdict_of({**row, "ok": True}) == "PASS"
+    # the plugin's hooks did not all apply: a failed check, whatever cpkv-validate said
+    assert serve_suite.verdict_of({**row, "hooks_ok": False}) == "FAIL"
+    # a control runs plain SGLang, without hooks
+    assert serve_suite.verdict_of({**row, "config": "plain-fp8", "hooks_ok": False}) == (
+        "INCONCLUSIVE"
+    )
+    # any other exit 2 (the server stopped answering mid-run) is a failure
+    broken = "cpkv-validate: error: http://127.0.0.1:1/generate answered HTTP 500 Internal Error"
+    assert serve_suite.verdict_of({**row, "validate_tail": broken}) == "FAIL"
