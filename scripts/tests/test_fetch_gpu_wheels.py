@@ -109,11 +109,16 @@ def test_the_packed_site_leaves_out_what_the_box_has_and_sglangs_unused_parts(tm
     assert not list(tmp_path.glob("*.part"))
 
 
-def _import_as_on_the_box(allowed, ours, stand_ins, modules, out):
+def _import_as_on_the_box(allowed, ours, stand_ins, modules, out, without_stand_in=None):
     """The child's program (its source is run alone in a fresh interpreter): import ``modules``
     with every top-level module blocked whose distributions are none of ``allowed`` (normalised
-    names) and that is none of ``ours``, after the GPU steps' own stubs; write to ``out`` what
-    failed, as {module: {"missing", "distributions", "error"}}."""
+    names) and that is none of ``ours``, after the GPU steps' own stubs (less
+    ``without_stand_in``); write to ``out`` what failed, as {"failed": {module: {"missing",
+    "distributions", "error"}}, "cuda_only": {module: [importers]}}. ``cuda_only``: imports that
+    SGLang's loaded modules make at module level under a CUDA test (``if _is_cuda:``), outside
+    any ``try``, of a blocked module that no stub provides: they do not run on a CPU, and fail on
+    the box."""
+    import ast
     import importlib
     import importlib.abc
     import importlib.metadata
@@ -141,7 +146,9 @@ def _import_as_on_the_box(allowed, ours, stand_ins, modules, out):
         None if name.split(".")[0] in blocked else find_spec(name, package)
     )
     sys.path.insert(0, stand_ins)
-    importlib.import_module("_skv_backend_stand_ins").stub_missing_packages()
+    stubs = importlib.import_module("_skv_backend_stand_ins")
+    stubs._KERNEL_MODULES = tuple(m for m in stubs._KERNEL_MODULES if m != without_stand_in)
+    stubs.stub_missing_packages()
     failed = {}
     for module in modules:
         try:
@@ -153,13 +160,35 @@ def _import_as_on_the_box(allowed, ours, stand_ins, modules, out):
                 "distributions": owners.get(missing, []),
                 "error": f"{type(e).__name__}: {e}",
             }
-    Path(out).write_text(json.dumps(failed))
+
+    def guarded_imports(stmts, guarded=False):
+        for st in stmts:
+            if isinstance(st, ast.If):
+                test = ast.unparse(st.test)
+                cuda = "cuda" in test.lower() and not test.startswith("not ")
+                yield from guarded_imports(st.body, guarded or cuda)
+                yield from guarded_imports(st.orelse, guarded)
+            elif guarded and isinstance(st, ast.ImportFrom) and st.level == 0 and st.module:
+                yield st.module
+            elif guarded and isinstance(st, ast.Import):
+                yield from (a.name for a in st.names)
+
+    cuda_only = {}
+    for name, module in sorted(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if not name.startswith("sglang.") or not path.endswith(".py"):
+            continue
+        for target in guarded_imports(ast.parse(Path(path).read_text()).body):
+            if target.split(".")[0] in blocked and target not in sys.modules:
+                cuda_only.setdefault(target, []).append(name)
+    Path(out).write_text(json.dumps({"failed": failed, "cuda_only": cuda_only}))
 
 
-def _box_import_failures(tmp_path, without=()):
+def _box_import_failures(tmp_path, without=(), without_stand_in=None):
     """:data:`BOX_IMPORTS` that fail to import, in a subprocess, with only what the GPU box has:
     its image (``BOX_IMAGE``), the packed site (``SGLANG_NEEDS``), the carried wheels and our own
-    packages; ``without``: distributions taken out of that."""
+    packages; ``without``: distributions taken out of that. Returns the child's report (see
+    :func:`_import_as_on_the_box`)."""
     fgw = _script_module()
     allowed = {fgw._norm(n) for n in (*fgw.SGLANG_NEEDS, *fgw.BOX_IMAGE, *CARRIED)}
     allowed -= {fgw._norm(n) for n in without}
@@ -173,7 +202,7 @@ def _box_import_failures(tmp_path, without=()):
         "import json, sys\n_import_as_on_the_box(*json.loads(sys.argv[1]))\n"
     )
     out = tmp_path / "failed.json"
-    args = [sorted(allowed), ours, str(STAND_INS), list(BOX_IMPORTS), str(out)]
+    args = [sorted(allowed), ours, str(STAND_INS), list(BOX_IMPORTS), str(out), without_stand_in]
     run = subprocess.run(
         [sys.executable, str(program), json.dumps(args)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -189,12 +218,14 @@ def test_the_box_imports_the_gpu_steps_sglang_modules_from_its_image_and_the_pac
     started (``sniffio``, which SGLang's anyio imports, did in ``backend`` and ``vsupstream``).
     Here, everything else is blocked and the same modules are imported on the CPU.
 
-    The limit: an import SGLang makes only on CUDA (``if _is_cuda: from sgl_kernel.utils import
-    ...`` in its Triton attention backend) does not run on a CPU, so this cannot see it; the
-    stand-ins for those are ``_skv_backend_stand_ins._KERNEL_MODULES``."""
+    An import SGLang makes only on CUDA (``if _is_cuda: from sgl_kernel.utils import ...`` in its
+    Triton attention backend, which failed on the box next) does not run on a CPU: those are read
+    from the loaded modules' source instead, and each must be one the GPU steps stub
+    (``_skv_backend_stand_ins._KERNEL_MODULES``)."""
     fgw = _script_module()
     assert set(fgw.ON_THE_BOX) <= set(fgw.BOX_IMAGE)  # left out of the site because it is there
-    failed = _box_import_failures(tmp_path)
+    report = _box_import_failures(tmp_path)
+    failed, cuda_only = report["failed"], report["cuda_only"]
     assert not failed, (
         "on the GPU box these would fail to import:\n"
         + "".join(
@@ -204,12 +235,23 @@ def test_the_box_imports_the_gpu_steps_sglang_modules_from_its_image_and_the_pac
         + "add each missing module's distribution to SGLANG_NEEDS in scripts/fetch-gpu-wheels, "
         "then rerun scripts/fetch-gpu-wheels"
     )
+    assert not cuda_only, (
+        "on the GPU box SGLang imports these under `if _is_cuda:`, and nothing provides them: "
+        f"{cuda_only}; stub them in _skv_backend_stand_ins._KERNEL_MODULES or carry them"
+    )
 
 
 @pytest.mark.slow
-def test_the_box_import_check_catches_a_distribution_left_out(tmp_path):
-    """The planted bug: ``sniffio`` taken out of what the box has (as before it was added to
-    ``SGLANG_NEEDS``) must make the check above report it, and only it, missing."""
-    failed = _box_import_failures(tmp_path, without=["sniffio"])
+def test_the_box_import_check_catches_a_distribution_or_a_stand_in_left_out(tmp_path):
+    """The planted bugs, one run each: ``sniffio`` taken out of what the box has (as before it
+    was added to ``SGLANG_NEEDS``) must be reported, and only it, missing; ``sgl_kernel.utils``
+    taken out of the stand-ins (as before it was added) must be reported as a CUDA-only import
+    of SGLang's Triton attention backend, and nothing else."""
+    failed = _box_import_failures(tmp_path, without=["sniffio"])["failed"]
     assert "sglang.srt.layers.attention.dsa_backend" in failed, failed
     assert {f["missing"] for f in failed.values()} == {"sniffio"}, failed
+    report = _box_import_failures(tmp_path, without_stand_in="sgl_kernel.utils")
+    assert not report["failed"]
+    assert report["cuda_only"] == {
+        "sgl_kernel.utils": ["sglang.srt.layers.attention.triton_backend"]
+    }, report["cuda_only"]
