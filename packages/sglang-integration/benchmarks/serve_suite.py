@@ -193,6 +193,7 @@ def check_config(
             report.unlink(missing_ok=True)  # an earlier run's report is never this one's
             code, tail = validate(srv.url, report, prefix_words)
             row["validate_exit"], row["validate_tail"] = code, tail
+            row["validate_short"] = short_requests(report)
             done(f"cpkv-validate exit {code}")
             if timed and name in TIMED:
                 import random
@@ -274,6 +275,15 @@ def check_refusals(base: list[str], out: Path, rows: list[dict] | None = None) -
     return rows
 
 
+def short_requests(report: Path) -> int | None:
+    """How many requests cpkv-validate's report judged SHORT (too few tokens compared); None
+    where no report was written (a server that failed mid-run)."""
+    try:
+        return sum(o["verdict"] == "SHORT" for o in _outcomes(report).values())
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def _outcomes(report: Path) -> dict[str, dict]:
     """request -> its verdict, first differing token and outputs, from a cpkv-validate report:
     the generated tokens (token ids on SGLang, where texts that decode alike may differ), else
@@ -345,8 +355,9 @@ def compiled(row: dict) -> str:
 
 def verdict_of(row: dict) -> str:
     """PASS; INCONCLUSIVE where the server answered, its hooks applied (a control has none), and
-    cpkv-validate refused with "not enough evidence" (exit 2: a near-tie drift early in a request
-    leaves too few tokens compared), which is no finding either way; else FAIL. Any other exit 2
+    cpkv-validate refused with "not enough evidence" (exit 2 with SHORT requests in its report: a
+    near-tie drift early in a request leaves too few tokens compared), which is no finding either
+    way; else FAIL. Any other exit 2
     (a server that stopped answering, no batch formed) is a FAIL, and so is every outcome of the
     planted fault but exit 1 (it must be found)."""
     if row.get("ok"):
@@ -357,7 +368,7 @@ def verdict_of(row: dict) -> str:
         and not row.get("error")
         and row.get("config") != "planted-fault"
         and (row.get("hooks_ok") or row.get("config") in CONTROLS)
-        and validate_line(row).startswith("not enough evidence")
+        and (row.get("validate_short") or 0) > 0  # its exit 2 is then "not enough evidence"
     )
     return "INCONCLUSIVE" if inconclusive else "FAIL"
 

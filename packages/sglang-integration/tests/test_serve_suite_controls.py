@@ -152,7 +152,7 @@ NO_EVIDENCE = (
 def test_exit_2_of_cpkv_validate_is_inconclusive_not_fail_except_for_the_planted_fault():
     row = {
         "config": "fp8", "requests_ok": True, "hooks_ok": True, "validate_exit": 2,
-        "validate_tail": NO_EVIDENCE,
+        "validate_tail": NO_EVIDENCE, "validate_short": 1,
     }  # fmt: skip
     assert serve_suite.verdict_of(row) == "INCONCLUSIVE"
     assert serve_suite.validate_line(row) == (
@@ -174,4 +174,13 @@ def test_exit_2_of_cpkv_validate_is_inconclusive_not_fail_except_for_the_planted
     )
     # any other exit 2 (the server stopped answering mid-run) is a failure
     broken = "cpkv-validate: error: http://127.0.0.1:1/generate answered HTTP 500 Internal Error"
-    assert serve_suite.verdict_of({**row, "validate_tail": broken}) == "FAIL"
+    assert serve_suite.verdict_of({**row, "validate_tail": broken, "validate_short": None}) == (
+        "FAIL"
+    )
+
+
+def test_the_short_requests_are_counted_from_the_report(tmp_path):
+    path = tmp_path / "validate-fp8.json"
+    report(path, {"r0": ("SHORT", 2, "a", "b"), "r1": ("PASS", None, "c", "c")})
+    assert serve_suite.short_requests(path) == 1
+    assert serve_suite.short_requests(tmp_path / "missing.json") is None

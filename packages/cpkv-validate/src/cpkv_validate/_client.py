@@ -258,7 +258,7 @@ class CompletionsClient:
             tokens=[str(i) for i in ids],
             source="ids",
             margins=margins,
-            usage=counted if type(counted) is int and counted >= 0 else None,
+            usage=_count(counted),
             finish_reason=finish if isinstance(finish, str) else None,
         )
 
@@ -297,7 +297,7 @@ class CompletionsClient:
             tokens=tokens,
             source="logprobs" if toks else "words",
             margins=margins,
-            usage=counted if type(counted) is int and counted >= 0 else None,
+            usage=_count(counted),
             finish_reason=finish,
         )
 
@@ -310,3 +310,8 @@ class CompletionsClient:
 
 def _is_int(x: object) -> bool:
     return type(x) is int
+
+
+def _count(x: object) -> int | None:
+    """A server's own token count where it is a count (never a bool or a negative)."""
+    return x if type(x) is int and x >= 0 else None
