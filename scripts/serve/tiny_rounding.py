@@ -1,12 +1,13 @@
 """Does a change of rounding flip the tiny checkpoint's confident greedy tokens, with and without
 fp8 KV? Real transformers on CPU, ``cpkv-validate``'s own prompts.
 
-The serve suite's harness calls a batch's first differing token a leak unless the top two
-logprobs there are within its drift margin (0.1 nats). On the H100 the fp8 configuration showed
-one confident difference that nothing attributed to another request. This runs the served
-checkpoint (``write_tiny_checkpoint``, ``TINY_SHARPEN``) greedily in fp32 and in bf16, each with
-and without fp8 rounding of the MLA latent KV, and reports where each pair first differs and
-whether both gaps there exceed the margin (a "confident flip"). No batching and no plugin are
+The serve suite's harness calls a batch's first differing token a leak unless the two runs'
+top-two logprob gaps there add up to at most its drift margin (0.1 nats). On the H100 the fp8
+configuration showed one confident difference that nothing attributed to another request. This
+runs the served checkpoint (``write_tiny_checkpoint``, ``TINY_SHARPEN``) greedily in fp32 and in
+bf16, each with and without fp8 rounding of the MLA latent KV, and reports where each pair first
+differs and whether the harness's own rule (``cpkv_validate._drift.compare_runs``) would call that
+a leak (a "confident flip"). No batching and no plugin are
 involved: a confident flip here is rounding alone.
 
 The fp8 rounding is SGLang's fp8 DSA cache's: the 512-wide latent (after ``kv_a_layernorm``)
@@ -14,7 +15,10 @@ stored as e4m3 with one scale per 128 values (absmax / 448); the 64 rope values 
 is applied to every token's latent as it is made, which is what the attention then reads.
 
 Usage: ``uv run --frozen python scripts/serve/tiny_rounding.py [--prompts 8] [--tokens 12]
-[--json FILE]``. About 4 x 5 minutes on one core at the defaults. Exit 2 with one line for bad
+[--seed N] [--runs NAME...] [--json FILE]``. About 4 x 5 minutes on one core at the defaults.
+``--seed`` picks cpkv-validate's prompts for that seed; with ``--runs bf16+fp8kv`` the narrowest
+top-two gap per prompt says whether a seed's prompts meet a near-tie early (where a served fp8
+comparison has too few tokens of evidence). Exit 2 with one line for bad
 input.
 """
 
@@ -29,6 +33,7 @@ from pathlib import Path
 
 TILE = 128  # values per fp8 scale in SGLang's fp8 DSA cache
 E4M3_MAX = 448.0
+RUNS = ("fp32", "bf16", "fp32+fp8kv", "bf16+fp8kv")
 PAIRS = (
     ("fp32", "bf16"),
     ("fp32+fp8kv", "bf16+fp8kv"),
@@ -71,17 +76,22 @@ def greedy(model, tokenizer, prompt: str, n: int) -> tuple[list[int], list[float
 
 
 def first_differences(a: list, b: list, margin: float) -> list[dict]:
-    """Per prompt where runs ``a`` and ``b`` first differ: position, both gaps, confident."""
+    """Per prompt where runs ``a`` and ``b`` first differ: position, both gaps, and whether
+    cpkv-validate's drift rule (``compare_runs``, rule ``margin``) would call it a leak."""
+    from cpkv_validate._drift import MARGIN, compare_runs
+
     rows = []
     for i, ((ta, ga), (tb, gb)) in enumerate(zip(a, b, strict=True)):
-        k = next((k for k, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y), None)
-        if k is not None:
+        c = compare_runs(ta, tb, len(ta), rule=MARGIN, epsilon=margin,
+                         reference_margins=ga, other_margins=gb)  # fmt: skip
+        if c.first is not None:
+            k = c.first
             rows.append({"prompt": i, "token": k, "gaps": [round(ga[k], 3), round(gb[k], 3)],
-                         "confident": min(ga[k], gb[k]) > margin})  # fmt: skip
+                         "confident": not c.drift})  # fmt: skip
     return rows
 
 
-def run(prompts: int, tokens: int) -> dict:
+def run(prompts: int, tokens: int, seed: int = 0, names: list[str] | None = None) -> dict:
     import torch
     import transformers
     from cpkv_validate._http import make_prompts
@@ -95,26 +105,32 @@ def run(prompts: int, tokens: int) -> dict:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         fp32 = model.eval()
     bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
-    models = {
-        "fp32": fp32,
-        "bf16": bf16,
-        "fp32+fp8kv": with_fp8_latent(copy.deepcopy(fp32)),
-        "bf16+fp8kv": with_fp8_latent(copy.deepcopy(bf16)),
+    makers = {
+        "fp32": lambda: fp32,
+        "bf16": lambda: bf16,
+        "fp32+fp8kv": lambda: with_fp8_latent(copy.deepcopy(fp32)),
+        "bf16+fp8kv": lambda: with_fp8_latent(copy.deepcopy(bf16)),
     }
-    texts = [p for _, _, p in make_prompts(8, 0)[1]][:prompts]
+    texts = [p for _, _, p in make_prompts(8, seed)[1]][:prompts]
     answers = {}
-    for name, model in models.items():
+    for name in names or RUNS:
+        model = makers[name]()
         answers[name] = [greedy(model, tokenizer, t, tokens) for t in texts]
         print(f"tiny-rounding: {name} done", file=sys.stderr, flush=True)
     return {
         "checkpoint": {"sharpen": TINY_SHARPEN},
+        "seed": seed,
         "prompts": prompts,
         "tokens": tokens,
         "margin": DRIFT_EPSILON,
         "distinct_answers": {k: len({tuple(t) for t, _ in v}) for k, v in answers.items()},
+        # per run and prompt, the narrowest top-two gap over the first ``tokens`` greedy tokens:
+        # a served comparison can stop early only where such a gap is within the margin
+        "narrowest_gaps": {k: [round(min(g), 3) for _, g in v] for k, v in answers.items()},
         "pairs": {
             f"{a} vs {b}": first_differences(answers[a], answers[b], DRIFT_EPSILON)
             for a, b in PAIRS
+            if a in answers and b in answers
         },
     }
 
@@ -136,14 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=int, default=8, help="of cpkv-validate's 8 (1..8)")
     p.add_argument("--tokens", type=int, default=12, help="greedy tokens per prompt (1..64)")
+    p.add_argument("--seed", type=int, default=0, help="cpkv-validate's --seed (its prompts)")
+    p.add_argument(
+        "--runs", nargs="+", choices=RUNS, help="which runs (default: all four); pairs need both"
+    )
     p.add_argument("--json", type=Path, help="also write the result here")
     args = p.parse_args(argv)
     if not 1 <= args.prompts <= 8 or not 1 <= args.tokens <= 64:
         print("tiny_rounding: --prompts must be 1..8 and --tokens 1..64", file=sys.stderr)
         return 2
-    result = run(args.prompts, args.tokens)
+    result = run(args.prompts, args.tokens, args.seed, args.runs)
     print(table(result))
     print("distinct answers:", result["distinct_answers"])
+    print("narrowest top-two gaps per prompt:", result["narrowest_gaps"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -50,11 +50,10 @@ def test_mutation_one_scale_per_row_loses_the_small_tile():
 
 def test_first_differences_reports_position_gaps_and_confidence():
     a = [([1, 2, 3], [0.5, 0.5, 0.5]), ([4, 5, 6], [0.9, 0.05, 0.9])]
-    b = [([1, 2, 3], [0.5, 0.5, 0.5]), ([4, 7, 6], [0.9, 0.4, 0.9])]
+    b = [([1, 2, 3], [0.5, 0.5, 0.5]), ([4, 7, 6], [0.9, 0.04, 0.9])]
     rows = tiny_rounding.first_differences(a, b, 0.1)
-    assert rows == [{"prompt": 1, "token": 1, "gaps": [0.05, 0.4], "confident": False}]
-    b[1][1][1] = 0.2
-    a[1][1][1] = 0.3
+    assert rows == [{"prompt": 1, "token": 1, "gaps": [0.05, 0.04], "confident": False}]
+    b[1][1][1] = 0.4  # tied in one run, sure in the other: the harness's rule calls it a leak
     assert tiny_rounding.first_differences(a, b, 0.1)[0]["confident"] is True
 
 

@@ -104,9 +104,9 @@ def test_the_drift_rule(rule, margin, drift):
         rule=rule,
         epsilon=0.1,
         reference_margins=_margins(margin),
-        other_margins=[WIDE] * 4,
+        other_margins=[0.0] * 4,
     )
-    assert c.first == 2 and c.drift is drift and c.margins == (margin, WIDE)
+    assert c.first == 2 and c.drift is drift and c.margins == (margin, 0.0)
     # drift: the two tokens before the flip are compared, nothing after it
     assert (c.compared, c.differing) == ((2, 0) if drift else (4, 2))
 
@@ -116,6 +116,22 @@ def test_the_other_runs_margin_counts_too():
     assert c.drift and c.margins == (None, TIE)
     unknown = compare_runs("abcd", "abxy", 4, rule=MARGIN, epsilon=0.1)
     assert not unknown.drift  # no margin known at the divergence: the rule cannot call it drift
+
+
+def test_a_tie_in_one_run_against_a_sure_other_is_a_leak():
+    # the served planted fault (2026-12-08): tied in the reference, sure in the batch
+    c = compare_runs(
+        "abcd", "abxy", 4, rule=MARGIN, epsilon=0.1,
+        reference_margins=_margins(0.0), other_margins=_margins(0.969),
+    )  # fmt: skip
+    assert not c.drift and c.differs and c.margins == (0.0, 0.969)
+
+    # both near a tie, together within epsilon: drift; each within it but not together: a leak
+    def pair(ref: float, other: float):
+        margins = {"reference_margins": _margins(ref), "other_margins": _margins(other)}
+        return compare_runs("abcd", "abxy", 4, rule=MARGIN, epsilon=0.1, **margins)
+
+    assert pair(0.031, 0.062).drift and not pair(0.06, 0.06).drift
 
 
 def _run(tokens: list[str], margins: list[float] | None = None) -> Completion:

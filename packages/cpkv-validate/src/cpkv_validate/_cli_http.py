@@ -26,8 +26,8 @@ EPILOG = (
     "request's marker (or 6 characters of its tag) is contamination whatever the reference "
     "shows. The batch-size-1 reference runs before and after the batch, each request after a "
     "cache flush where the server has one (SGLang /flush_cache). A first difference where "
-    "either run's top two logprobs are within --drift-epsilon is DRIFT, not a leak (exact "
-    "equality under SGLang's deterministic inference or without logprobs). "
+    "the two runs' top-two logprob gaps add up to at most --drift-epsilon is DRIFT, not a leak "
+    "(exact equality under SGLang's deterministic inference or without logprobs). "
 )
 
 
@@ -79,9 +79,9 @@ def add_http_arguments(p: argparse.ArgumentParser) -> None:
         "--drift-epsilon",
         type=float,
         metavar="NATS",
-        help="a first difference where either run's top two logprobs are this close is DRIFT "
-        f"(numeric), not a leak; 0..{lim.MAX_DRIFT_EPSILON:g}, 0 for exact equality; default "
-        f"{lim.DRIFT_EPSILON:g}",
+        help="a first difference where the two runs' top-two logprob gaps add up to at most "
+        f"this is DRIFT (numeric), not a leak; 0..{lim.MAX_DRIFT_EPSILON:g}, 0 for exact "
+        f"equality; default {lim.DRIFT_EPSILON:g}",
     )
     http.add_argument(
         "--api",

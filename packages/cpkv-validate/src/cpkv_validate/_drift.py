@@ -6,10 +6,16 @@ Two rules (the report says which it used):
   deterministic inference (``enable_deterministic_inference``: the batch cannot change the
   arithmetic), with ``--drift-epsilon 0``, and where the server gives no top logprobs (the drift
   rule cannot apply).
-- ``margin``: at the first differing position, if the top two logprobs of either run there are
-  within ``epsilon``, the difference is numeric drift: a batch changes the reduction order, and on
-  a near-tie (random weights have many) that flips the greedy choice. Positions after it are not
-  compared (after a flip everything differs). A wider margin is a difference no rounding makes.
+- ``margin``: at the first differing position, if the two runs' top-two logprob gaps there add
+  up to at most ``epsilon``, the difference is numeric drift: a batch changes the reduction order,
+  and on a near-tie (random weights have many) that flips the greedy choice. Positions after it
+  are not compared (after a flip everything differs). Why the sum: the reference picked ``a``
+  and the other run ``b`` from the same context, so the gap ``logp(a) - logp(b)`` fell from at
+  least the reference's margin to at most minus the other's; rounding had to move it by both
+  margins together. A near-tie in one run alone does not make a flip numeric: a request that
+  reads another's KV at a position where the reference is tied (0.0 nats) while the batch is
+  sure (0.97) is a leak, and the served planted fault showed just that (2026-12-08). Where only
+  one run's margin is known, that one is the sum (the weaker test, said in the report).
 
 Pure functions over recorded tokens and margins, so the rule is tested without a server.
 """
@@ -87,7 +93,7 @@ def compare_runs(
     first = bad[0]
     margins = (_at(reference_margins, first), _at(other_margins, first))
     known = [m for m in margins if m is not None]
-    if rule == MARGIN and known and min(known) <= epsilon:
+    if rule == MARGIN and known and sum(known) <= epsilon:
         return Comparison(first, first, 0, True, margins)
     return Comparison(first, n, len(bad), False, margins)
 

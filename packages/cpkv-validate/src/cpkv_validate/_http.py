@@ -214,8 +214,9 @@ def _rule(
             "near-tie flipped by the batch would be reported as a leak"
         )
     return MARGIN, (
-        f"margin: a first difference where either run's top two logprobs are within "
-        f"{epsilon:g} nats is DRIFT (numeric, not a leak); tokens after it are not compared"
+        f"margin: a first difference where the two runs' top-two logprob gaps add up to at "
+        f"most {epsilon:g} nats is DRIFT (numeric, not a leak; a flip moves the two tokens' "
+        f"gap by both); tokens after it are not compared"
     )
 
 

@@ -67,8 +67,8 @@ or more is still found; a given 6-character string turns up by chance in 32 rand
 once in 10**13."""
 
 DRIFT_EPSILON = 0.1
-"""Default ``--drift-epsilon`` (nats): a first difference where the top two logprobs of either
-run are this close is numeric drift, not a leak. A batch changes the reduction order, which
+"""Default ``--drift-epsilon`` (nats): a first difference where the two runs' top-two logprob
+gaps add up to this or less is numeric drift, not a leak. A batch changes the reduction order, which
 moves a bf16 logit by about one unit in the last place: 2**-5 = 0.03 at magnitude 4-8, 0.06 at
 8-16, and the gap between two logits can move by two of them. Reading another request's KV moves
 logits by whole units, far beyond it; the marker check does not depend on it at all."""
