@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -125,16 +125,22 @@ def late_compiles(log: Path) -> list[list]:
     return [[k, float(s)] for k, s in _LATE_COMPILE.findall(text)]
 
 
-def validate(url: str, report: Path, prefix_words: int | None = None) -> tuple[int, str]:
+def harness_args(prefix_words: int | None = None, seed: int | None = None) -> list[str]:
+    """cpkv-validate's arguments beyond the suite's fixed ones: ``prefix_words``, the prompts'
+    shared prefix (its default: 200 words, prompts of about 1,200 tokens for the byte-level tiny
+    tokenizer, under ``index_topk``); ``seed``, which prompts (its default 0)."""
+    more = [] if prefix_words is None else ["--prefix-words", str(prefix_words)]
+    return more + ([] if seed is None else ["--seed", str(seed)])
+
+
+def validate(url: str, report: Path, harness: Sequence[str] = ()) -> tuple[int, str]:
     """``cpkv-validate --url``: its exit status (0 pass, 1 contamination, 2 no evidence or an
     unusable server) and its last lines. 8 requests x 3 runs of 32 tokens, each under 600 s;
-    ``prefix_words``: the prompts' shared prefix (its default: 200 words, prompts of about 1,200
-    tokens for the byte-level tiny tokenizer, under ``index_topk``)."""
-    more = [] if prefix_words is None else ["--prefix-words", str(prefix_words)]
+    ``harness``: more of its arguments (:func:`harness_args`)."""
     proc = subprocess.run(
         [sys.executable, "-m", "cpkv_validate", "--url", url, "--concurrency", "8",
          "--requests", "8", "--max-tokens", "32", "--timeout", "600", "--no-progress",
-         *more, "--json", str(report)],
+         *harness, "--json", str(report)],
         capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     return proc.returncode, "\n".join((proc.stdout + proc.stderr).splitlines()[-14:])
@@ -150,7 +156,7 @@ def check_config(
     ready_timeout: float = 480.0,
     row: dict | None = None,
     save: Callable[[], None] = lambda: None,
-    prefix_words: int | None = None,
+    harness: Sequence[str] = (),
 ) -> dict:
     """One served configuration: hooks in the live processes, requests, the harness (and the
     numbers, for the configurations in :data:`TIMED`, into ``serve-bench.json``).
@@ -191,7 +197,7 @@ def check_config(
             row["phase"] = "cpkv-validate --url"
             report = out / f"validate-{name}.json"
             report.unlink(missing_ok=True)  # an earlier run's report is never this one's
-            code, tail = validate(srv.url, report, prefix_words)
+            code, tail = validate(srv.url, report, harness)
             row["validate_exit"], row["validate_tail"] = code, tail
             row["validate_short"] = short_requests(report)
             done(f"cpkv-validate exit {code}")
@@ -422,27 +428,27 @@ def run_check(
     ends), with their verdicts; ``save`` writes what is known so far (see :func:`check_config`)."""
     if name == "refusals":
         return check_refusals(base_args(args.model, args.tp, 1, dummy), args.out, finished)
-    words = args.prefix_words
+    harness = harness_args(args.prefix_words, args.seed)
     if name in CONTROLS:
         extra, env, _ = CONFIGS[CONTROLS[name]]
         check_config(
             name, [*base, *extra], {**env, **NO_PLUGINS}, args.out, command=PLAIN,
             timed=not args.no_timing, ready_timeout=args.ready_timeout, row=row, save=save,
-            prefix_words=words,
+            harness=harness,
         )  # fmt: skip
         row["ok"] = row.get("requests_ok") and row.get("validate_exit") == 0
         return [row]
     if name == "planted-fault":
         check_config(
             name, [*base, *BF16_DECODE], FAULT_ENV, args.out, ready_timeout=args.ready_timeout,
-            row=row, save=save, prefix_words=words,
+            row=row, save=save, harness=harness,
         )  # fmt: skip
         row["ok"] = row.get("validate_exit") == 1  # contamination must be found
         return [row]
     extra, env, _ = CONFIGS[name]
     check_config(
         name, [*base, *extra], env, args.out, timed=not args.no_timing,
-        ready_timeout=args.ready_timeout, row=row, save=save, prefix_words=words,
+        ready_timeout=args.ready_timeout, row=row, save=save, harness=harness,
     )  # fmt: skip
     passed = row.get("requests_ok") and row.get("hooks_ok") and row.get("validate_exit") == 0
     row.setdefault("ok", passed)
@@ -482,6 +488,13 @@ def main(argv: list[str] | None = None) -> int:
         help="cpkv-validate's shared prefix in words (its default 200 gives prompts of about "
         "1,200 bytes, 1,200 tokens for the tiny byte-level tokenizer, under index_topk 2048, "
         "where every key is selected); 450 words pass it",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="cpkv-validate's --seed: which prompts (its default 0); a seed whose prompts meet a "
+        "near-tie early leaves too few tokens of evidence (scripts/serve/tiny_rounding.py "
+        "--seed N --runs bf16+fp8kv previews the gaps on CPU)",
     )
     p.add_argument(
         "--dummy-weights", action="store_true", help="the tiny model on SGLang's dummy weights"

@@ -35,12 +35,15 @@ def test_a_control_is_plain_sglang_on_the_configurations_own_arguments(monkeypat
     monkeypatch.setitem(
         serve_suite.CONFIGS, "fp8", (extra, {"SGLANG_PLUGINS": "cpkv", "X": "1"}, what)
     )
-    args = SimpleNamespace(out=tmp_path, no_timing=True, ready_timeout=60.0, prefix_words=450)
+    args = SimpleNamespace(
+        out=tmp_path, no_timing=True, ready_timeout=60.0, prefix_words=450, seed=3
+    )
     serve_suite.run_check("plain-fp8", {"config": "plain-fp8"}, args, ["--base"], False)
     assert launched["command"] is serve_suite.PLAIN
     assert launched["argv"] == ["--base", *extra]
     assert launched["env"] == {"SGLANG_PLUGINS": "none", "X": "1"}
-    assert launched["prefix_words"] == 450 and launched["ready_timeout"] == 60.0
+    assert launched["harness"] == ["--prefix-words", "450", "--seed", "3"]
+    assert launched["ready_timeout"] == 60.0
     assert launched["timed"] is False
 
 
