@@ -421,12 +421,31 @@ def _layer(
     identities of its logical query rows. The CP gathers are SGLang's: the indexer keys' and
     the latent KV's here, except under trtllm with fp8, whose ``forward_extend`` takes the
     rank's KV, casts it with its RoPE and gathers it itself (``all_gather_dsa_trtllm_fp8_kv``).
+
+    The queries (the indexer's and attention's) have the rank's rows as the model has them: under
+    CP the shard ``EagerRunner._execute_extend_cp`` hands the model body, padded with zero rows to
+    the rank's physical length (``pad_local_rows``: ``per_rank_actual_token``, what ``kv`` has),
+    which ``init_forward_metadata`` plans for (``pad_dsa_cache_seqlens``). Handing the logical
+    rows alone broke flashmla_kv on an H100 (2026-12-08: FlashMLA's ``num_splits must have shape
+    (b+1)``, the schedule planned for the padded rows) and let flashmla_sparse and the Triton
+    kernel drop their ``topk_length`` (rows differ: full width). Except on SGLang's unfused
+    RAGGED path (torch top-k, fp8 KV under flashmla_sparse or triton_sparse_mla), which cannot
+    take padded rows: ``forward_extend`` pads the top-k to the query rows
+    (``_pad_topk_indices``), then adds ``topk_indices_offset``, built for the logical rows, and
+    the shapes differ (a bug of SGLang 0.5.23 there, dsa_backend.py ``forward_extend``); those
+    configurations get the logical rows, as before.
     """
     # fmt: off
     from sglang.srt.layers.cp.base import get_cp_strategy
     from sglang.srt.layers.radix_attention import RadixAttention
 
     dev, strategy, n = dep.device, get_cp_strategy(), len(mine)
+    rows = kv.shape[0]  # the rank's physical rows (n without CP)
+    assert rows >= n, (rows, n)
+    if not backend.use_fused_topk and (
+        backend.get_topk_transform_method(fb.forward_mode).name == "RAGGED"
+    ):
+        rows = n  # SGLang's unfused RAGGED path takes no padded rows (see above)
     if keys is not None:
         idx_heads, idx_dim = indexer.n_heads, indexer.head_dim
         index_calls = len(logits.calls)
@@ -434,23 +453,21 @@ def _layer(
             keys = strategy.materialize_full_indexer_k_cache(keys, fb)
         indexer._store_index_k_cache(forward_batch=fb, layer_id=layer_id, key=keys,
                                      act_quant=dep.act_quant)
-        q = torch.stack([model.index_query(i, idx_heads, idx_dim) for i in mine])
+        q = _padded(torch.stack([model.index_query(i, idx_heads, idx_dim) for i in mine]), rows)
         q_fp8, _ = dep.act_quant(q.bfloat16().to(dev).contiguous())
         if dev.type == "cpu":
             q_fp8 = q_fp8.as_subclass(stand_ins.IndexedCPU)
-        w = torch.stack([model.index_weight(i, idx_heads) for i in mine]).to(dev)
+        w = _padded(torch.stack([model.index_weight(i, idx_heads) for i in mine]), rows).to(dev)
         meta = backend.get_indexer_metadata(layer_id, fb)
         topk = indexer._get_topk_ragged(False, fb, layer_id, q_fp8, w, meta)
         topk = topk.as_subclass(torch.Tensor)
         new = logits.calls[index_calls:]
     else:
         new = []
-    q = torch.stack([model.attn_query(i, HEADS) for i in mine]).bfloat16().to(dev)
+    q = _padded(torch.stack([model.attn_query(i, HEADS) for i in mine]), rows).bfloat16().to(dev)
     layer = RadixAttention(HEADS, 576, 576**-0.5, 1, layer_id, v_head_dim=512)
     before = len(attention.calls)
     if dep.config.backend == "trtllm" and dep.kv_dtype == torch.float8_e4m3fn:
-        if cp_on and kv.shape[0] > n:  # the model's rows are padded like the rank's KV
-            q = torch.cat([q, q.new_zeros(kv.shape[0] - n, *q.shape[1:])])
         out = backend.forward_extend(
             q[..., :512], kv[:, None, :512], kv[:, None, :512], layer, fb,
             q_rope=q[..., 512:], k_rope=kv[:, None, 512:], topk_indices=topk,
@@ -463,7 +480,9 @@ def _layer(
             q[..., :512], kv[:, None, :512], kv[:, None, :512], layer, fb,
             q_rope=q[..., 512:], k_rope=kv[:, None, 512:], topk_indices=topk,
         )
-    assert len(attention.calls) == before + 1, "forward_extend did not reach sparse MLA"
+    assert len(attention.calls) == before + 1, (
+        f"forward_extend did not reach sparse MLA once (impl {backend.dsa_prefill_impl}, "
+        f"use_mha {backend.use_mha}, {len(attention.calls) - before} recorded kernel calls)")
     kv_read, idx = attention.calls[-1]
     record.impl = backend.dsa_prefill_impl
     record.kv_read = f"{str(kv_read.dtype).removeprefix('torch.')} x {kv_read.shape[1]}"
@@ -480,6 +499,11 @@ def _layer(
     ))
     # fmt: on
     return topk
+
+
+def _padded(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x`` with zero rows appended up to ``rows`` (the CP shard's padding, ``pad_local_rows``)."""
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], *x.shape[1:])]) if rows > len(x) else x
 
 
 #: Token ids of the marker prompts: ``content id * TOKEN_BASE + position``. They only travel

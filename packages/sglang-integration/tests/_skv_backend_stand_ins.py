@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _dsa_stand_ins import SparseMLA, _empty_mla_schedule, fp8_quantizer, paged_dequantizer
+from _dsa_stand_ins import SparseMLA, fp8_quantizer, paged_dequantizer
 
 #: Streaming multiprocessors of an SM100 (B200), for the trtllm scratch sizes on a CPU.
 SM100_SMS = 148
@@ -53,14 +53,17 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
      "(CUDA), SGLang's Triton sparse_mla_prefill",
      "math on the rows the backend hands them; FlashMLA needs CUDA",
      "torch softmax attention over the listed rows in float64 (packed fp8 rows dequantised "
-     "first); on the GPU SGLang's Triton sparse_mla_prefill runs for real", "cpu"),
+     "first); on the GPU SGLang's Triton sparse_mla_prefill and FlashMLA's kernels run for real, "
+     "only recorded", "cpu"),
     ("dequant_k_cache._dequantize_k_cache_paged_kernel (Triton; RAGGED batches with a prefix "
      "dequantise the rows of SGLang's page_table_1_flattened)",
      "in Triton's interpreter it ran one program per row and 128 columns: 389 of 435 s of a "
      "CP 2 run", "torch with the kernel's contract, out[i] = dequant(cache[table[i]]), held "
      "bitwise equal to the interpreted kernel by test_skv_backend_stand_ins.py", "cpu"),
     ("FlashMLA's get_mla_metadata (flashmla_kv's tile scheduler)", "CUDA only",
-     "empty scheduler tensors (only the replaced kernel reads them)", "cpu"),
+     "an empty schedule with num_splits of shape (b + 1) for the b cache_seqlens it is planned "
+     "for; the flash_mla_with_kvcache stand-in asserts FlashMLA's rule that b is the kernel's "
+     "batch (q's rows), as sparse_decode.cpp does (see mla_schedule)", "cpu"),
     ("the indexer's fp8 MQA logits", "DeepGEMM needs a GPU",
      "SGLang's own torch fallback (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1); DeepGEMM on the GPU",
      "cpu"),
@@ -281,8 +284,9 @@ def dequantize_packed(rows: torch.Tensor) -> torch.Tensor:
 class AttentionCalls:
     """Every sparse-MLA call of a forward: ``(kv rows [S, 576], indices [T, K])`` as read.
 
-    Wraps the kernel that runs (the torch stand-in on a CPU, SGLang's Triton kernel on the GPU)
-    and keeps what the backend handed it, with the per-row valid length applied.
+    Wraps the kernel that runs (the torch stand-in on a CPU; SGLang's Triton kernel and
+    FlashMLA's on the GPU) and keeps what the backend handed it, with the per-row valid length
+    applied.
     """
 
     def __init__(self) -> None:
@@ -336,17 +340,61 @@ class AttentionCalls:
 
         return run
 
+    def recorded(self, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+        """FlashMLA's ``name`` (``flash_mla_sparse_fwd`` or ``flash_mla_with_kvcache``) run for
+        real on the GPU, keeping what the backend handed it as the CPU stand-ins keep it."""
+        if name == "flash_mla_sparse_fwd":
+            return self.flash_mla_sparse_fwd(kernel)
+
+        def run(q, k_cache, *args, indices=None, **kw):
+            self.keep(dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1])), indices)
+            return kernel(q, k_cache, *args, indices=indices, **kw)
+
+        return run
+
     def flash_mla_with_kvcache(self, mla: SparseMLA) -> Callable[..., Any]:
         """FlashMLA's paged sparse decode kernel as flashmla_kv prefill calls it: packed fp8
-        pages, token indices into them; computed by the torch stand-in on dequantised rows."""
+        pages, token indices into them; computed by the torch stand-in on dequantised rows.
+        It first holds the schedule to FlashMLA's rule (:func:`check_num_splits`)."""
 
-        def run(q, k_cache, cache_seqlens, head_dim_v, *, softmax_scale, indices, **_):
+        def run(q, k_cache, cache_seqlens, head_dim_v, *, softmax_scale, indices, num_splits=None,
+                **_):  # fmt: skip
+            check_num_splits(num_splits, q)
             rows = dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1]))
             self.keep(rows, indices)
             o, _, lse = mla(q.squeeze(1), rows, indices.squeeze(1), softmax_scale, head_dim_v)
             return o.unsqueeze(1), lse
 
         return run
+
+
+def mla_schedule(cache_seqlens: torch.Tensor, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stands in for FlashMLA's ``get_mla_metadata`` (SGLang's wrapper of the sgl-flash-mla
+    1.0.0 wheel, with ``cache_seqlens``: the legacy split-KV schedule). It plans for the batch
+    it is given, ``b = len(cache_seqlens)`` query rows (SGLang passes ``dsa_cache_seqlens_int32``,
+    one per query token, padded to the CP rank's physical rows): an empty tile schedule (only the
+    kernel stand-in reads it) and ``num_splits`` of shape ``(b + 1)``, as the wheel returns.
+
+    The shape rule is FlashMLA's: its ``sparse_decode_fwd`` (``csrc_legacy/api/sparse_decode.cpp``)
+    asserts ``num_splits must have shape (b+1)`` with ``b`` the kernel's batch, ``q.shape[0]``;
+    the ``flash_mla_with_kvcache`` stand-in asserts the same (:func:`check_num_splits`), so a
+    CPU run catches a schedule planned for other rows than the kernel is handed (an H100 run,
+    2026-12-08: the suite handed the kernel a CP rank's logical rows, not its padded ones).
+    """
+    b = cache_seqlens.shape[0]
+    return torch.empty(0, 8, dtype=torch.int32), torch.zeros(b + 1, dtype=torch.int32)
+
+
+def check_num_splits(num_splits: torch.Tensor | None, q: torch.Tensor) -> None:
+    """FlashMLA's check of a legacy schedule in ``sparse_decode_fwd``: ``num_splits`` has shape
+    ``(b + 1)`` for the kernel's batch ``b = q.shape[0]``; raises as the wheel does."""
+    b = q.shape[0]
+    if num_splits is None or tuple(num_splits.shape) != (b + 1,):
+        got = None if num_splits is None else tuple(num_splits.shape)
+        raise RuntimeError(
+            f"sparse_attn_decode_interface (stand-in): num_splits must have shape (b+1); "
+            f"b = {b} query rows, num_splits {got}"
+        )
 
 
 def topk_positions(score: torch.Tensor, lengths: torch.Tensor, k: int,
@@ -503,14 +551,33 @@ def installed(mp: Any, device: torch.device) -> Iterator[AttentionCalls]:
         mp.setitem(sys.modules, "sglang.kernels.ops.attention.flash_mla_interface",
                    types.SimpleNamespace(flash_mla_sparse_fwd=calls.flash_mla_sparse_fwd(mla),
                                          flash_mla_with_kvcache=calls.flash_mla_with_kvcache(mla),
-                                         get_mla_metadata=_empty_mla_schedule))  # fmt: skip
+                                         get_mla_metadata=mla_schedule))  # fmt: skip
         kernel = _sparse_mla_prefill_stand_in(mla)
         _install_trtllm(mp, calls, mla)
     else:
         kernel = triton_mla.sparse_mla_prefill
+        _record_flashmla(mp, calls)
     mp.setattr(triton_mla, "sparse_mla_prefill", calls.sparse_mla_prefill(kernel))
     _install_fused_topk(mp, calls.topk)
     yield calls
+
+
+#: FlashMLA's kernels SGLang's DSA backend calls (from ``flash_mla_interface``, at call time):
+#: ``flash_mla_sparse_fwd`` under flashmla_sparse, ``flash_mla_with_kvcache`` under flashmla_kv.
+FLASHMLA_KERNELS = ("flash_mla_sparse_fwd", "flash_mla_with_kvcache")
+
+
+def _record_flashmla(mp: Any, calls: AttentionCalls) -> None:
+    """On the GPU, FlashMLA's kernels run for real but are recorded like the Triton one: without
+    this the flashmla configurations' forwards read rows no record kept, and stopped at
+    ``forward_extend did not reach sparse MLA`` (an H100, 2026-12-08). Where the sgl-flash-mla
+    wheel does not load, its configurations cannot run and there is nothing to record."""
+    try:
+        import sglang.kernels.ops.attention.flash_mla_interface as flashmla
+    except (ImportError, OSError):  # OSError: the wheel is there, its CUDA library does not load
+        return
+    for name in FLASHMLA_KERNELS:
+        mp.setattr(flashmla, name, calls.recorded(name, getattr(flashmla, name)))
 
 
 def _install_fused_topk(mp: Any, fused: FusedTopK) -> None:

@@ -25,6 +25,8 @@ import json
 import os
 import sys
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -167,6 +169,24 @@ def check_inverse_bound(dep) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def configuration(result: dict, tag: str) -> Iterator[None]:
+    """Run one configuration's block; an exception in it is recorded as that configuration's
+    error (``result["config_errors"][tag]``, its traceback) and not raised, so the rank goes on
+    with the next configurations: one configuration's failure cannot hide the others. The
+    rank's ``error`` still names it (any error fails the run, as before).
+
+    The configurations' collectives stay paired when every rank of the group fails alike (as
+    FlashMLA's shape check did on an H100); a failure on some ranks only can leave the others
+    in a collective, which then ends at the group's timeout, recorded the same way."""
+    try:
+        yield
+    except Exception:
+        result.setdefault("config_errors", {})[tag] = traceback.format_exc()
+        failed = ", ".join(result["config_errors"])
+        result["error"] = f"configurations failed: {failed} (tracebacks in config_errors)"
+
+
 def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
     if os.environ.get("CPKV_PROFILE") and rank == 0:
         import cProfile
@@ -184,7 +204,8 @@ def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> Non
 def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
     torch.set_num_threads(1)
     result: dict = {"rank": rank, "error": None, "failures": [], "runs": [], "mutations": {},
-                    "originals_replaced": None, "seconds": {}, "fused_vs_torch": {}}  # fmt: skip
+                    "originals_replaced": None, "seconds": {}, "fused_vs_torch": {},
+                    "config_errors": {}}  # fmt: skip
     device = torch.device("cuda", 0) if opts["device"] == "cuda" else torch.device("cpu")
     t0 = time.monotonic()
     with gloo_rank(rank, world, port, out_dir, result, timeout_s=900):
@@ -194,7 +215,6 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
 
         result["stubbed"] = stand_ins.stub_missing_packages() if device.type == "cuda" else []
         import _skv_backend_cases as cases
-        import _skv_backend_rank as rank_mod
         import pytest
         from _skv_dist_worker import _coordinator
         from sglang_cpkv.plugin.entry import activate
@@ -221,31 +241,40 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> No
                 t1 = time.monotonic()
                 if rank < cp:
                     for config in [c for c in configs if cp in c.cps]:
-                        dep = rank_mod.Deployment(config, cp, rank, groups[cp], device, FIXTURE,
-                                                  SM90)  # fmt: skip
-                        dep.calls = calls
-                        with dep.context():
-                            tag, refs = f"cp{cp} {config.name}", {}
-                            result["failures"] += run_scenario(dep, cases.SCENARIO, result, refs,
-                                                               tag=tag)  # fmt: skip
-                            replicas[tag] = refs
-                            torch_tag = tag.removesuffix("+fused")
-                            if config.fused_topk and torch_tag in replicas:
-                                result["fused_vs_torch"][tag] = same_rows(
-                                    refs, replicas[torch_tag])  # fmt: skip
-                            if cp == 2 and config == configs[0]:
-                                result["inverse_bound"] = check_inverse_bound(dep)
-                            if cp == 2 and opts["mutations"]:
-                                for name, scope in planted_bugs(config.name, opts):
-                                    found = run_scenario(
-                                        dep, cases.SCENARIO, {}, refs, tag=f"{tag} {name}",
-                                        mutation=cases.ALL_MUTATIONS[name],
-                                        draft_only=scope == "draft",
-                                    )  # fmt: skip
-                                    key = config.name + (" draft" if scope == "draft" else "")
-                                    result["mutations"].setdefault(name, {})[key] = found[:3]
+                        tag, refs = f"cp{cp} {config.name}", {}
+                        with configuration(result, tag):
+                            run_deployment(config, cp, rank, groups[cp], device, calls, result,
+                                           tag, refs, replicas, configs, opts)  # fmt: skip
                 result["seconds"][f"cp{cp}"] = round(time.monotonic() - t1, 1)
                 dist.barrier()
+
+
+def run_deployment(config, cp: int, rank: int, group, device, calls, result: dict, tag: str,
+                   refs: dict, replicas: dict, configs: list, opts: dict) -> None:  # fmt: skip
+    """One configuration at one CP size on this rank: the scenario on both sides, the fused
+    top-k's rows against its torch sibling's, the inverse bound (CP 2, first configuration) and
+    the planted bugs (CP 2)."""
+    import _skv_backend_cases as cases
+    import _skv_backend_rank as rank_mod
+
+    dep = rank_mod.Deployment(config, cp, rank, group, device, FIXTURE, SM90)
+    dep.calls = calls
+    with dep.context():
+        result["failures"] += run_scenario(dep, cases.SCENARIO, result, refs, tag=tag)
+        replicas[tag] = refs
+        torch_tag = tag.removesuffix("+fused")
+        if config.fused_topk and torch_tag in replicas:
+            result["fused_vs_torch"][tag] = same_rows(refs, replicas[torch_tag])
+        if cp == 2 and config == configs[0]:
+            result["inverse_bound"] = check_inverse_bound(dep)
+        if cp == 2 and opts["mutations"]:
+            for name, scope in planted_bugs(config.name, opts):
+                found = run_scenario(
+                    dep, cases.SCENARIO, {}, refs, tag=f"{tag} {name}",
+                    mutation=cases.ALL_MUTATIONS[name], draft_only=scope == "draft",
+                )  # fmt: skip
+                key = config.name + (" draft" if scope == "draft" else "")
+                result["mutations"].setdefault(name, {})[key] = found[:3]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -335,6 +364,8 @@ def write_summary(out_dir: Path, device: str) -> dict:
                 )
     summary = {
         "device": device, "env": env, "errors": [r["error"] for r in ranks if r["error"]],
+        "config_errors": {f"rank {r['rank']} {tag}": text.strip().splitlines()[-1]
+                          for r in ranks for tag, text in r.get("config_errors", {}).items()},
         "failures": sum(len(r["failures"]) for r in ranks), "cases": rows,
         "mutations": caught,
         "inverse_bound": ranks[0].get("inverse_bound") if ranks else None,
@@ -354,6 +385,7 @@ def write_summary(out_dir: Path, device: str) -> dict:
         *(f"| {k} | {v['ranks']} | {v['ok']}/{v['forwards']} | {v['rows']:,} | {v['reads']:,} | "
           f"{', '.join(v['methods'])} | {', '.join(v['kv_read'])} |" for k, v in rows.items()),
         "", f"errors: {len(summary['errors'])}; differences: {summary['failures']}",
+        *(f"- {k}: {v}" for k, v in summary["config_errors"].items()),
         "fused top-k read the rows of the torch top-k (forwards compared, all ranks): "
         + (", ".join(f"{k}: {v['forwards']}{' DIFFER ' + str(v['differ']) if v['differ'] else ''}"
                      for k, v in summary["fused_vs_torch"].items()) or "none compared"),
