@@ -2,10 +2,10 @@
 
 ``scripts/gpu-suite serve`` validates each served configuration with ``cpkv-validate --url``,
 which compares every request's greedy answer alone and in a batch of 8 and calls a difference a
-leak unless the top two logprobs there are within its drift margin (0.1 nats). That means
-something only for a model whose answer depends on the prompt and whose confident tokens survive
-a batch's different rounding. Both are checked here in real transformers on CPU, with the
-harness's own prompts, on the tiny checkpoint ``gpu-suite`` writes:
+leak where the two runs' top-two gaps there add up to more than its drift margin (0.1 nats).
+That means something only for a model whose answer depends on the prompt and whose confident
+tokens survive a batch's different rounding. Both are checked here in real transformers on CPU,
+with the harness's own prompts, on the tiny checkpoint ``gpu-suite`` writes:
 
 - its answers differ between prompts; at transformers' own initialisation (the mutation) every
   prompt gets the same tokens, as all 8 did on the H100 (2026-12-07);
@@ -85,8 +85,9 @@ def greedy(model, tokenizer, prompt: str, n: int = TOKENS) -> tuple[list[int], l
 def confident_flips(
     model, tokenizer, prompts: list[str], n: int = TOKENS, high: list | None = None
 ) -> list[dict]:
-    """Where fp32 and bf16 first differ with both gaps over the margin (``tiny_rounding``'s
-    rule); ``high``: the fp32 answers, when already known."""
+    """Where fp32 and bf16 first differ in a way the harness's drift rule calls a leak (the two
+    gaps adding up to more than the margin; ``tiny_rounding.first_differences``); ``high``: the
+    fp32 answers, when already known."""
     import copy
 
     low = copy.deepcopy(model).to(torch.bfloat16)

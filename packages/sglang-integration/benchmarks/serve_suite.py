@@ -166,7 +166,7 @@ def check_config(
     record_dir = Path(tempfile.mkdtemp(prefix=f"hooks-{name}-"))
     env = {**env, "CPKV_HOOKS_RECORD_DIR": str(record_dir)}
     row = {"config": name} if row is None else row
-    row.update(args=argv, env=sorted(env), phase="start-up")
+    row.update(args=argv, env=sorted(env), harness=list(harness), phase="start-up")
     log_dir = out / "logs"
     t = time.perf_counter()
 
@@ -210,6 +210,7 @@ def check_config(
                 rows += [{"server": TIMED[name], **r} for r in measure(srv, 2, random.Random(0))]
                 bench.write_text(json.dumps(rows, indent=1) + "\n")
                 done("timed")
+            row["phase"] = "reading the hook records and stopping the server"
             records = hook_records(record_dir)
             log = srv.log_text()
     except ServerDied as exc:

@@ -63,7 +63,7 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
     ("FlashMLA's get_mla_metadata (flashmla_kv's tile scheduler)", "CUDA only",
      "an empty schedule with num_splits of shape (b + 1) for the b cache_seqlens it is planned "
      "for; the flash_mla_with_kvcache stand-in asserts FlashMLA's rule that b is the kernel's "
-     "batch (q's rows), as sparse_decode.cpp does (see mla_schedule)", "cpu"),
+     "batch (q's rows), as FlashMLA 1.0.0's decode does (see mla_schedule)", "cpu"),
     ("the indexer's fp8 MQA logits", "DeepGEMM needs a GPU",
      "SGLang's own torch fallback (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1); DeepGEMM on the GPU",
      "cpu"),
@@ -347,6 +347,9 @@ class AttentionCalls:
             return self.flash_mla_sparse_fwd(kernel)
 
         def run(q, k_cache, *args, indices=None, **kw):
+            # flashmla_kv reads SGLang's packed fp8 rows: 656 bytes, 512 fp8, 4 fp32 scales,
+            # 64 bf16
+            assert k_cache.shape[-1] == 656, f"not the packed fp8 layout: {tuple(k_cache.shape)}"
             self.keep(dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1])), indices)
             return kernel(q, k_cache, *args, indices=indices, **kw)
 
@@ -375,11 +378,12 @@ def mla_schedule(cache_seqlens: torch.Tensor, **_: Any) -> tuple[torch.Tensor, t
     one per query token, padded to the CP rank's physical rows): an empty tile schedule (only the
     kernel stand-in reads it) and ``num_splits`` of shape ``(b + 1)``, as the wheel returns.
 
-    The shape rule is FlashMLA's: its ``sparse_decode_fwd`` (``csrc_legacy/api/sparse_decode.cpp``)
-    asserts ``num_splits must have shape (b+1)`` with ``b`` the kernel's batch, ``q.shape[0]``;
-    the ``flash_mla_with_kvcache`` stand-in asserts the same (:func:`check_num_splits`), so a
-    CPU run catches a schedule planned for other rows than the kernel is handed (an H100 run,
-    2026-12-08: the suite handed the kernel a CP rank's logical rows, not its padded ones).
+    The shape rule is FlashMLA's (the sgl-flash-mla 1.0.0 wheel's error, seen on an H100): its
+    ``sparse_decode_fwd`` asserts ``num_splits must have shape (b+1)`` with ``b`` the kernel's
+    batch, ``q.shape[0]``; the ``flash_mla_with_kvcache`` stand-in asserts the same
+    (:func:`check_num_splits`), so a CPU run catches a schedule planned for other rows than the
+    kernel is handed (an H100 run, 2026-12-08: the suite handed the kernel a CP rank's logical
+    rows, not its padded ones).
     """
     b = cache_seqlens.shape[0]
     return torch.empty(0, 8, dtype=torch.int32), torch.zeros(b + 1, dtype=torch.int32)

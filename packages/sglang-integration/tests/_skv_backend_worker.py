@@ -172,19 +172,17 @@ def check_inverse_bound(dep) -> dict:
 @contextlib.contextmanager
 def configuration(result: dict, tag: str) -> Iterator[None]:
     """Run one configuration's block; an exception in it is recorded as that configuration's
-    error (``result["config_errors"][tag]``, its traceback) and not raised, so the rank goes on
-    with the next configurations: one configuration's failure cannot hide the others. The
-    rank's ``error`` still names it (any error fails the run, as before).
-
-    The configurations' collectives stay paired when every rank of the group fails alike (as
-    FlashMLA's shape check did on an H100); a failure on some ranks only can leave the others
-    in a collective, which then ends at the group's timeout, recorded the same way."""
+    error (``result["config_errors"][tag]``, its traceback; the summary lists it by name) and
+    then ends the rank's loop, as before. Going on to the next configuration would be safe only
+    when every rank of the group failed at the same point (as FlashMLA's shape check did on an
+    H100): a rank that failed alone would pair its next configuration's collectives with a peer
+    still waiting inside the failed one. Ending the rank closes its gloo connections, so the
+    peer's pending collective fails at once instead of waiting out the group's timeout."""
     try:
         yield
     except Exception:
         result.setdefault("config_errors", {})[tag] = traceback.format_exc()
-        failed = ", ".join(result["config_errors"])
-        result["error"] = f"configurations failed: {failed} (tracebacks in config_errors)"
+        raise
 
 
 def rank_main(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
@@ -375,6 +373,11 @@ def write_summary(out_dir: Path, device: str) -> dict:
         "seconds": [r["seconds"] for r in ranks],
     }  # fmt: skip
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    def stopped(case: str) -> str:  # a configuration that failed part-way shows it in its row
+        failed = any(tag == case for r in ranks for tag in r.get("config_errors", {}))
+        return ", then an error" if failed else ""
+
     lines = [
         f"# shared KV through SGLang's DSA backend ({device})", "",
         f"{env.get('timestamp', '')} | {env.get('gpu_name') or env.get('cpu', '')} | "
@@ -382,8 +385,9 @@ def write_summary(out_dir: Path, device: str) -> dict:
         "| case | ranks | forwards agreeing | query rows compared | KV rows read | top-k | "
         "rows the attention kernel read |",
         "| --- | --- | --- | --- | --- | --- | --- |",
-        *(f"| {k} | {v['ranks']} | {v['ok']}/{v['forwards']} | {v['rows']:,} | {v['reads']:,} | "
-          f"{', '.join(v['methods'])} | {', '.join(v['kv_read'])} |" for k, v in rows.items()),
+        *(f"| {k} | {v['ranks']} | {v['ok']}/{v['forwards']}{stopped(k)} | {v['rows']:,} | "
+          f"{v['reads']:,} | {', '.join(v['methods'])} | {', '.join(v['kv_read'])} |"
+          for k, v in rows.items()),
         "", f"errors: {len(summary['errors'])}; differences: {summary['failures']}",
         *(f"- {k}: {v}" for k, v in summary["config_errors"].items()),
         "fused top-k read the rows of the torch top-k (forwards compared, all ranks): "

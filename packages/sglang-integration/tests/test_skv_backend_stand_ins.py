@@ -182,6 +182,7 @@ def test_flashmla_kv_runs_every_forward_on_a_cp_ranks_padded_rows(tmp_path):
     proc = subprocess.run([sys.executable, str(worker), str(tmp_path), "--world", "2", "--cp", "2",
                            "--configs", "flashmla_kv/fp8", "--no-mutations"],
                           env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert (tmp_path / "summary.json").exists(), (proc.returncode, proc.stderr[-2000:])
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["errors"] == [], (summary["config_errors"], proc.stderr[-2000:])
     assert summary["failures"] == 0
@@ -189,9 +190,11 @@ def test_flashmla_kv_runs_every_forward_on_a_cp_ranks_padded_rows(tmp_path):
     assert row["ok"] == row["forwards"] == 2 * 8  # two ranks, four steps and their drafts
 
 
-def test_a_configurations_error_is_recorded_and_the_next_one_runs(tmp_path):
-    """An exception inside one configuration is that configuration's error: the rank goes on
-    with the next ones (whose results still appear), and the summary still counts the error."""
+def test_a_configurations_error_is_recorded_by_name_and_ends_the_rank(tmp_path):
+    """An exception inside one configuration is recorded as that configuration's error (its
+    traceback, listed by name in the summary) and still ends the rank's loop: a rank that went
+    on alone could pair its next collectives with a peer still inside the failed configuration.
+    The run counts as failed."""
     import json
 
     import _skv_backend_worker as worker
@@ -199,19 +202,26 @@ def test_a_configurations_error_is_recorded_and_the_next_one_runs(tmp_path):
     result = {"rank": 0, "error": None, "failures": [], "runs": [], "mutations": {},
               "seconds": {}, "config_errors": {}}  # fmt: skip
     ran = []
-    for tag in ("cp2 a", "cp2 b", "cp2 c"):
-        with worker.configuration(result, tag):
-            if tag == "cp2 b":
-                raise RuntimeError("num_splits must have shape (b+1)")  # planted
-            ran.append(tag)
-            result["runs"].append({"tag": f"{tag} step 0", "ok": True, "rows": 1, "reads": 1,
-                                   "method": "PAGED", "kv_read": "x"})  # fmt: skip
-    assert ran == ["cp2 a", "cp2 c"]
+    with pytest.raises(RuntimeError, match="num_splits"):
+        for tag in ("cp2 a", "cp2 b", "cp2 c"):
+            with worker.configuration(result, tag):
+                if tag == "cp2 b":
+                    raise RuntimeError("num_splits must have shape (b+1)")  # planted
+                ran.append(tag)
+                result["runs"].append({"tag": f"{tag} step 0", "ok": True, "rows": 1,
+                                       "reads": 1, "method": "PAGED", "kv_read": "x"})  # fmt: skip
+    assert ran == ["cp2 a"]
     assert list(result["config_errors"]) == ["cp2 b"]
     assert "num_splits must have shape" in result["config_errors"]["cp2 b"]
-    assert result["error"] and "cp2 b" in result["error"]
+    result["error"] = "RuntimeError: num_splits must have shape (b+1)"  # what gloo_rank records
     (tmp_path / "rank0.json").write_text(json.dumps(result))
     summary = worker.write_summary(tmp_path, "cpu")
-    assert len(summary["errors"]) == 1  # still a failed run
+    assert len(summary["errors"]) == 1  # a failed run
     assert "num_splits" in summary["config_errors"]["rank 0 cp2 b"]
-    assert set(summary["cases"]) == {"cp2 a", "cp2 c"}  # the later configuration's result
+    assert set(summary["cases"]) == {"cp2 a"}
+    result["runs"].append({"tag": "cp2 b step 0", "ok": True, "rows": 1, "reads": 1,
+                           "method": "PAGED", "kv_read": "x"})  # fmt: skip
+    (tmp_path / "rank0.json").write_text(json.dumps(result))
+    worker.write_summary(tmp_path, "cpu")
+    table = (tmp_path / "summary.md").read_text()
+    assert "| cp2 b | [0] | 1/1, then an error |" in table and "| cp2 a | [0] | 1/1 |" in table

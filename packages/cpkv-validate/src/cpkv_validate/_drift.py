@@ -15,14 +15,16 @@ Two rules (the report says which it used):
   margins together. A near-tie in one run alone does not make a flip numeric: a request that
   reads another's KV at a position where the reference is tied (0.0 nats) while the batch is
   sure (0.97) is a leak, and the served planted fault showed just that (2026-12-08). Where only
-  one run's margin is known, that one is the sum (the weaker test, said in the report).
+  one run's margin is known, that one is the sum (the weaker test; the request's reason says
+  so). The argument takes each run's token as its top one (greedy) and the top two logprobs as
+  exact; collapsed text keys (two tokens that decode alike) can only widen a margin, toward FAIL.
 
 Pure functions over recorded tokens and margins, so the rule is tested without a server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["EXACT", "MARGIN", "Comparison", "compare_runs", "top2_margin"]
@@ -75,8 +77,8 @@ class Comparison:
 
 
 def compare_runs(
-    reference: Sequence[str],
-    other: Sequence[str],
+    reference: Sequence[Hashable],
+    other: Sequence[Hashable],
     window: int,
     *,
     rule: str = EXACT,

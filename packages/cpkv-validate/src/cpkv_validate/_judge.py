@@ -119,7 +119,10 @@ def _difference(what: str, c: Comparison) -> str:
         f"{ref} in the reference, {other} in the {what})"
     )
     if c.drift:
-        return f"{text}: a near-tie, drift; not compared after it"
+        alone = (
+            " (judged on one run's gap alone: the other's is unknown)" if None in c.margins else ""
+        )
+        return f"{text}: a near-tie, drift{alone}; not compared after it"
     if what != "batch":
         return f"{text}: the server changed under load"
     return text

@@ -68,10 +68,15 @@ once in 10**13."""
 
 DRIFT_EPSILON = 0.1
 """Default ``--drift-epsilon`` (nats): a first difference where the two runs' top-two logprob
-gaps add up to this or less is numeric drift, not a leak. A batch changes the reduction order, which
-moves a bf16 logit by about one unit in the last place: 2**-5 = 0.03 at magnitude 4-8, 0.06 at
-8-16, and the gap between two logits can move by two of them. Reading another request's KV moves
-logits by whole units, far beyond it; the marker check does not depend on it at all."""
+gaps add up to this or less is numeric drift, not a leak. It bounds how far rounding may move
+the gap between two tokens' logprobs. A batch changes the reduction order, which moves a bf16
+logit by about one unit in the last place: 2**-5 = 0.031 at magnitude 4-8, 0.0625 at 8-16; the
+gap between two logits moves by up to two of them. 0.1 covers that at magnitude 4-8, where the
+tiny served checkpoint's logits sit (its gaps come in steps of 0.031; its unplanted drifts on an
+H100 summed to at most 0.0625), but not two full steps at 8-16 (0.125): for a model with larger
+logits, or for fp8 KV, whose rounding is coarser (on CPU it flipped tokens at gap sums of 0.125
+to 0.35), raise it. Reading another request's KV moves logits by whole units; the marker check
+does not depend on it at all."""
 
 MAX_DRIFT_EPSILON = 10.0
 """Largest ``--drift-epsilon``: a gap of e**10 in probability is no near-tie; more would call
