@@ -96,7 +96,14 @@ def _empty_plan(seq_lens, static_threshold=-1, *, out=None):
     return plan
 
 
-def _empty_mla_schedule(cache_seqlens, **_):
+def mla_schedule(cache_seqlens, **_):
+    """Stands in for FlashMLA's ``get_mla_metadata`` (the legacy split-KV schedule of the
+    sgl-flash-mla 1.0.0 wheel): it plans for the batch it is given, ``b = len(cache_seqlens)``
+    query rows (SGLang passes ``dsa_cache_seqlens_int32``, one per query token, padded to a CP
+    rank's physical rows), so an empty tile schedule (only the kernel stand-in reads it) and
+    ``num_splits`` of shape ``(b + 1)``, as the wheel returns. FlashMLA's decode kernel asserts
+    that ``b`` is its own batch (``q.shape[0]``); ``_skv_backend_stand_ins.check_num_splits``
+    holds its stand-in to the same rule."""
     return torch.empty(0, dtype=torch.int32), torch.zeros(len(cache_seqlens) + 1, dtype=torch.int32)
 
 
@@ -170,7 +177,7 @@ def cuda_stand_ins(monkeypatch: Any) -> Iterator[SparseMLA]:
     mla = SparseMLA()
     monkeypatch.setitem(sys.modules, "sglang.kernels.ops.attention.flash_mla_interface",
                         types.SimpleNamespace(flash_mla_sparse_fwd=mla,
-                                              get_mla_metadata=_empty_mla_schedule))  # fmt: skip
+                                              get_mla_metadata=mla_schedule))  # fmt: skip
     compiled = dsa_backend._compiled_cat
     monkeypatch.setattr(dsa_backend, "_compiled_cat", inspect.unwrap(
         getattr(compiled, "_torchdynamo_orig_callable", compiled)))  # fmt: skip

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _dsa_stand_ins import SparseMLA, fp8_quantizer, paged_dequantizer
+from _dsa_stand_ins import SparseMLA, fp8_quantizer, mla_schedule, paged_dequantizer
 
 #: Streaming multiprocessors of an SM100 (B200), for the trtllm scratch sizes on a CPU.
 SM100_SMS = 148
@@ -63,7 +63,7 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
     ("FlashMLA's get_mla_metadata (flashmla_kv's tile scheduler)", "CUDA only",
      "an empty schedule with num_splits of shape (b + 1) for the b cache_seqlens it is planned "
      "for; the flash_mla_with_kvcache stand-in asserts FlashMLA's rule that b is the kernel's "
-     "batch (q's rows), as FlashMLA 1.0.0's decode does (see mla_schedule)", "cpu"),
+     "batch (q's rows), as FlashMLA 1.0.0's decode does (see check_num_splits)", "cpu"),
     ("the indexer's fp8 MQA logits", "DeepGEMM needs a GPU",
      "SGLang's own torch fallback (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1); DeepGEMM on the GPU",
      "cpu"),
@@ -340,17 +340,19 @@ class AttentionCalls:
 
         return run
 
-    def recorded(self, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-        """FlashMLA's ``name`` (``flash_mla_sparse_fwd`` or ``flash_mla_with_kvcache``) run for
-        real on the GPU, keeping what the backend handed it as the CPU stand-ins keep it."""
-        if name == "flash_mla_sparse_fwd":
-            return self.flash_mla_sparse_fwd(kernel)
+    def keep_packed(self, k_cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """Keep flashmla_kv's read: SGLang's packed fp8 pages (656 bytes a row: 512 fp8, 4 fp32
+        scales, 64 bf16), dequantised to ``[S, 576]`` (returned), and the token indices."""
+        assert k_cache.shape[-1] == 656, f"not the packed fp8 layout: {tuple(k_cache.shape)}"
+        rows = dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1]))
+        self.keep(rows, indices)
+        return rows
+
+    def flash_mla_with_kvcache_kernel(self, kernel: Callable[..., Any]) -> Callable[..., Any]:
+        """FlashMLA's own ``flash_mla_with_kvcache`` (on the GPU), recorded, run as called."""
 
         def run(q, k_cache, *args, indices=None, **kw):
-            # flashmla_kv reads SGLang's packed fp8 rows: 656 bytes, 512 fp8, 4 fp32 scales,
-            # 64 bf16
-            assert k_cache.shape[-1] == 656, f"not the packed fp8 layout: {tuple(k_cache.shape)}"
-            self.keep(dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1])), indices)
+            self.keep_packed(k_cache, indices)
             return kernel(q, k_cache, *args, indices=indices, **kw)
 
         return run
@@ -363,35 +365,20 @@ class AttentionCalls:
         def run(q, k_cache, cache_seqlens, head_dim_v, *, softmax_scale, indices, num_splits=None,
                 **_):  # fmt: skip
             check_num_splits(num_splits, q)
-            rows = dequantize_packed(k_cache.reshape(-1, k_cache.shape[-1]))
-            self.keep(rows, indices)
+            rows = self.keep_packed(k_cache, indices)
             o, _, lse = mla(q.squeeze(1), rows, indices.squeeze(1), softmax_scale, head_dim_v)
             return o.unsqueeze(1), lse
 
         return run
 
 
-def mla_schedule(cache_seqlens: torch.Tensor, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stands in for FlashMLA's ``get_mla_metadata`` (SGLang's wrapper of the sgl-flash-mla
-    1.0.0 wheel, with ``cache_seqlens``: the legacy split-KV schedule). It plans for the batch
-    it is given, ``b = len(cache_seqlens)`` query rows (SGLang passes ``dsa_cache_seqlens_int32``,
-    one per query token, padded to the CP rank's physical rows): an empty tile schedule (only the
-    kernel stand-in reads it) and ``num_splits`` of shape ``(b + 1)``, as the wheel returns.
-
-    The shape rule is FlashMLA's (the sgl-flash-mla 1.0.0 wheel's error, seen on an H100): its
-    ``sparse_decode_fwd`` asserts ``num_splits must have shape (b+1)`` with ``b`` the kernel's
-    batch, ``q.shape[0]``; the ``flash_mla_with_kvcache`` stand-in asserts the same
-    (:func:`check_num_splits`), so a CPU run catches a schedule planned for other rows than the
-    kernel is handed (an H100 run, 2026-12-08: the suite handed the kernel a CP rank's logical
-    rows, not its padded ones).
-    """
-    b = cache_seqlens.shape[0]
-    return torch.empty(0, 8, dtype=torch.int32), torch.zeros(b + 1, dtype=torch.int32)
-
-
 def check_num_splits(num_splits: torch.Tensor | None, q: torch.Tensor) -> None:
-    """FlashMLA's check of a legacy schedule in ``sparse_decode_fwd``: ``num_splits`` has shape
-    ``(b + 1)`` for the kernel's batch ``b = q.shape[0]``; raises as the wheel does."""
+    """FlashMLA's check of a legacy schedule in ``sparse_decode_fwd`` (the sgl-flash-mla 1.0.0
+    wheel's error, seen on an H100): ``num_splits`` has shape ``(b + 1)`` for the kernel's batch
+    ``b = q.shape[0]``; raises as the wheel does. The ``flash_mla_with_kvcache`` stand-in runs it
+    first, so a CPU run catches a schedule (:func:`_dsa_stand_ins.mla_schedule`) planned for
+    other rows than the kernel is handed (2026-12-08: the suite handed it a CP rank's logical
+    rows, not its padded ones)."""
     b = q.shape[0]
     if num_splits is None or tuple(num_splits.shape) != (b + 1,):
         got = None if num_splits is None else tuple(num_splits.shape)
@@ -566,11 +553,6 @@ def installed(mp: Any, device: torch.device) -> Iterator[AttentionCalls]:
     yield calls
 
 
-#: FlashMLA's kernels SGLang's DSA backend calls (from ``flash_mla_interface``, at call time):
-#: ``flash_mla_sparse_fwd`` under flashmla_sparse, ``flash_mla_with_kvcache`` under flashmla_kv.
-FLASHMLA_KERNELS = ("flash_mla_sparse_fwd", "flash_mla_with_kvcache")
-
-
 def _record_flashmla(mp: Any, calls: AttentionCalls) -> None:
     """On the GPU, FlashMLA's kernels run for real but are recorded like the Triton one: without
     this the flashmla configurations' forwards read rows no record kept, and stopped at
@@ -580,8 +562,15 @@ def _record_flashmla(mp: Any, calls: AttentionCalls) -> None:
         import sglang.kernels.ops.attention.flash_mla_interface as flashmla
     except (ImportError, OSError):  # OSError: the wheel is there, its CUDA library does not load
         return
-    for name in FLASHMLA_KERNELS:
-        mp.setattr(flashmla, name, calls.recorded(name, getattr(flashmla, name)))
+    # SGLang's DSA backend imports both from this module when it calls them
+    mp.setattr(
+        flashmla, "flash_mla_sparse_fwd", calls.flash_mla_sparse_fwd(flashmla.flash_mla_sparse_fwd)
+    )  # flashmla_sparse
+    mp.setattr(
+        flashmla,
+        "flash_mla_with_kvcache",
+        calls.flash_mla_with_kvcache_kernel(flashmla.flash_mla_with_kvcache),
+    )  # flashmla_kv
 
 
 def _install_fused_topk(mp: Any, fused: FusedTopK) -> None:

@@ -172,7 +172,7 @@ def check_inverse_bound(dep) -> dict:
 @contextlib.contextmanager
 def configuration(result: dict, tag: str) -> Iterator[None]:
     """Run one configuration's block; an exception in it is recorded as that configuration's
-    error (``result["config_errors"][tag]``, its traceback; the summary lists it by name) and
+    error (``result["config_errors"][tag]``, its last line; the summary lists it by name) and
     then ends the rank's loop, as before. Going on to the next configuration would be safe only
     when every rank of the group failed at the same point (as FlashMLA's shape check did on an
     H100): a rank that failed alone would pair its next configuration's collectives with a peer
@@ -181,7 +181,10 @@ def configuration(result: dict, tag: str) -> Iterator[None]:
     try:
         yield
     except Exception:
-        result.setdefault("config_errors", {})[tag] = traceback.format_exc()
+        # its last line: gloo_rank keeps the whole traceback in result["error"]
+        result.setdefault("config_errors", {})[tag] = (
+            traceback.format_exc().strip().splitlines()[-1]
+        )
         raise
 
 
